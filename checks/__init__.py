@@ -1,0 +1,1 @@
+"""Built-in checks of the llmdoctor checklist, one module per check (shipped as llmdoctor.checks)."""

@@ -1,0 +1,7 @@
+"""llmdoctor: a diagnostic doctor for LLM inference endpoints."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

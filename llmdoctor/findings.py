@@ -1,0 +1,84 @@
+"""Findings: what a check reports, as plain frozen data with no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = ["Severity", "Confidence", "Evidence", "Fix", "Finding"]
+
+
+class Severity(str, Enum):
+    """How bad a finding is; the order drives ranking and the exit code."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most severe."""
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+class Confidence(str, Enum):
+    """How sure the check is that the finding is real."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    @property
+    def weight(self) -> float:
+        """Factor applied to `impact_ms` when ranking."""
+        return _CONFIDENCE_WEIGHT[self]
+
+
+_CONFIDENCE_WEIGHT = {Confidence.HIGH: 1.0, Confidence.MEDIUM: 0.7, Confidence.LOW: 0.4}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured fact behind a finding.
+
+    `sensitive` values are masked by every renderer; `source` names the probe,
+    file or URL path the value came from.
+    """
+
+    label: str
+    value: str | float | int | None
+    unit: str = ""
+    source: str = ""
+    sensitive: bool = False
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What to change: a one-line summary and concrete steps."""
+
+    summary: str
+    steps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A diagnosis produced by one check.
+
+    Checks fill in the clinical fields; the runner stamps `check_id`,
+    `category` and `docs` so a check never has to repeat its own metadata.
+    """
+
+    severity: Severity
+    confidence: Confidence
+    title: str
+    message: str
+    fix: Fix
+    impact_ms: float | None = None
+    impact_basis: str = ""
+    evidence: tuple[Evidence, ...] = field(default_factory=tuple)
+    check_id: str = ""
+    category: str = ""
+    docs: str = ""

@@ -1,0 +1,87 @@
+"""Timed record of one request sent to the endpoint.
+
+Every request the doctor makes is described by one `RequestTiming`. Times are
+milliseconds measured from the moment the request started (before connecting),
+with a monotonic clock. Phases that did not happen (no TLS on plain HTTP, no
+connect on a reused connection) are `None`, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RequestTiming", "ErrorKind"]
+
+
+class ErrorKind:
+    """Stable names for the ways a request can fail (strings, for JSON)."""
+
+    REFUSED = "connection_refused"
+    CONNECT_TIMEOUT = "connect_timeout"
+    READ_TIMEOUT = "read_timeout"
+    TLS = "tls_error"
+    DNS = "dns_error"
+    HTTP_STATUS = "http_status"
+    PROTOCOL = "protocol_error"
+    BAD_BODY = "bad_body"
+    STREAM_CUT = "stream_cut"
+    TOO_LARGE = "too_large"
+    OTHER = "other"
+
+
+@dataclass
+class RequestTiming:
+    """Phases, outcome and server hints of one request."""
+
+    method: str
+    path: str
+    streamed: bool = False
+    status: int | None = None
+    error: str | None = None
+    error_detail: str = ""
+    started_at: float = 0.0
+    connect_ms: float | None = None
+    tls_ms: float | None = None
+    sent_ms: float | None = None
+    ttfb_ms: float | None = None
+    ttft_ms: float | None = None
+    first_content_ms: float | None = None
+    first_reasoning_ms: float | None = None
+    token_times_ms: list[float] = field(default_factory=list)
+    total_ms: float | None = None
+    bytes_received: int = 0
+    reused_connection: bool = False
+    http_version: str = ""
+    content_events: int = 0
+    reasoning_events: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    server_timing: dict[str, float] = field(default_factory=dict)
+    response_headers: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed with a 2xx status and no error."""
+        return self.error is None and self.status is not None and 200 <= self.status < 300
+
+    @property
+    def output_tokens(self) -> int:
+        """Generated tokens: the server's usage count when given, else the events seen."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return self.content_events + self.reasoning_events
+
+    @property
+    def decode_ms(self) -> float | None:
+        """Time from the first to the last token."""
+        if self.ttft_ms is None or not self.token_times_ms:
+            return None
+        return self.token_times_ms[-1] - self.ttft_ms
+
+    @property
+    def inter_token_ms(self) -> list[float]:
+        """Gaps between consecutive token events."""
+        t = self.token_times_ms
+        return [b - a for a, b in zip(t, t[1:])]

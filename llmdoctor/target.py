@@ -1,0 +1,95 @@
+"""The endpoint under examination and the options of one run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["Target", "Options", "TargetError", "normalize_base_url"]
+
+
+class TargetError(ValueError):
+    """The endpoint URL or its options cannot be used (one-line message)."""
+
+
+def normalize_base_url(url: str) -> str:
+    """Return the OpenAI-compatible base URL ending in ``/v1``.
+
+    Accepts ``http://host:port``, ``http://host:port/v1`` and full paths such as
+    ``.../v1/chat/completions`` (trimmed back to ``/v1``).
+    """
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https"):
+        raise TargetError(f"unsupported URL scheme {parts.scheme!r}: use http:// or https://")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise TargetError(f"invalid port in endpoint URL: {exc}") from None
+    if not parts.hostname:
+        raise TargetError(f"endpoint URL has no host: {url!r}")
+    del port
+    path = parts.path.rstrip("/")
+    for suffix in ("/chat/completions", "/completions", "/models"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+            break
+    if not path.endswith("/v1"):
+        path = path + "/v1"
+    netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    if ":" in parts.hostname:  # IPv6 literal
+        netloc = f"[{parts.hostname}]" + ("" if parts.port is None else f":{parts.port}")
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to send probes and how to authenticate.
+
+    `headers` may carry secrets; they are never rendered (see `redact`).
+    """
+
+    base_url: str
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def host(self) -> str:
+        """Host name or IP of the endpoint."""
+        return urlsplit(self.base_url).hostname or ""
+
+    @property
+    def port(self) -> int:
+        """TCP port, defaulting by scheme."""
+        parts = urlsplit(self.base_url)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def scheme(self) -> str:
+        """``http`` or ``https``."""
+        return urlsplit(self.base_url).scheme
+
+    @property
+    def root_url(self) -> str:
+        """Scheme, host and port, without the ``/v1`` path (for native server APIs)."""
+        parts = urlsplit(self.base_url)
+        root_path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
+        return urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of one `check` run, with the defaults the CLI documents."""
+
+    timeout_s: float = 30.0
+    max_requests: int = 30
+    samples: int = 5
+    warmup: int = 1
+    sweep_max_tokens: tuple[int, ...] = (1, 16, 64)
+    sweep_repeats: int = 2
+    typical_output_tokens: int = 64
+    insecure: bool = False
+    ca_bundle: str | None = None
