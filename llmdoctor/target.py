@@ -93,3 +93,18 @@ class Options:
     typical_output_tokens: int = 64
     insecure: bool = False
     ca_bundle: str | None = None
+    # Server-side evidence (local files, backend metrics, this host).
+    logs: tuple[str, ...] = ()
+    journal_unit: str | None = None
+    since: str | None = None
+    metrics_url: str | None = None
+    gpu_metrics_url: str | None = None
+    pid: int | None = None
+    # The application's own requests.
+    request_files: tuple[str, ...] = ()
+    tokenizer: str | None = None
+    context_window: int | None = None
+    # Network and client.
+    dns_server: str | None = None
+    concurrency: int = 0
+    idle_test_s: float = 0.0

@@ -1,0 +1,86 @@
+"""The probe catalog: every measurement a check can ask the context for.
+
+Each entry names its function and result type as ``module:attr`` strings,
+resolved on first use, so importing the catalog (and ``llmdoctor --help``)
+stays cheap. A probe takes the `Context` and returns a serialisable
+dataclass, or raises `ProbeUnavailable` with a reason.
+
+``local`` probes read only this machine (files, the OS, NVML), never the
+endpoint: they still run when replaying recorded measurements.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PROBES", "ProbeSpec"]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A probe: ``module:function`` that measures and ``module:Class`` it returns.
+
+    Both are resolved lazily so importing the catalog stays cheap.
+    """
+
+    name: str
+    function: str
+    result_type: str
+    description: str
+    local: bool = False
+
+    def resolve_function(self) -> Callable[[Any], Any]:
+        """Import and return the probe function."""
+        return _import(self.function)
+
+    def resolve_type(self) -> type:
+        """Import and return the result dataclass."""
+        return _import(self.result_type)
+
+
+def _import(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# The probe catalog. Order is irrelevant: probes run when a check first needs them.
+PROBES: dict[str, ProbeSpec] = {
+    spec.name: spec
+    for spec in (
+        ProbeSpec(
+            "discovery",
+            "llmdoctor.probes.discovery:discover",
+            "llmdoctor.probes.discovery:EndpointInfo",
+            "GET /v1/models: is the endpoint reachable, which models it serves",
+        ),
+        ProbeSpec(
+            "first_request",
+            "llmdoctor.probes.baseline:first_request",
+            "llmdoctor.probes.timing:RequestTiming",
+            'the very first generation request ("Say ok.", streamed)',
+        ),
+        ProbeSpec(
+            "baseline",
+            "llmdoctor.probes.baseline:baseline",
+            "llmdoctor.probes.baseline:BaselineResult",
+            'warm-up, then repeated minimal "Say ok." requests',
+        ),
+        ProbeSpec(
+            "sweep",
+            "llmdoctor.probes.baseline:sweep",
+            "llmdoctor.probes.baseline:SweepResult",
+            "requests of growing max_tokens for the flat-latency fit",
+        ),
+        ProbeSpec(
+            "dns",
+            "llmdoctor.probes.dns:resolve",
+            "llmdoctor.probes.dns:DnsResult",
+            "name resolution time of the endpoint host",
+        ),
+    )
+}
+
+

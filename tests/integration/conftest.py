@@ -1,0 +1,70 @@
+"""Session fixtures for the integration tests: a generated tiny GGUF and a real llama.cpp server.
+
+When llama-cpp-python (with its ``[server]`` extra) cannot be imported, every test here is skipped
+with the reason, unless ``LLMDOCTOR_REQUIRE_LLAMACPP=1`` is set (CI sets it): then they fail, so a
+missing build cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from fixtures.make_tiny_gguf import write_tiny_gguf  # noqa: E402
+from tests.llamacpp_server import LlamaCppServer, llamacpp_available  # noqa: E402
+
+REQUIRE_ENV = "LLMDOCTOR_REQUIRE_LLAMACPP"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test collected under tests/integration/ as ``integration``."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _require_llamacpp() -> str:
+    ok, detail = llamacpp_available()
+    if ok:
+        return detail
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but the real server cannot run: {detail}", pytrace=False)
+    pytest.skip(f"real llama.cpp server unavailable: {detail}")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_version() -> str:
+    """llama-cpp-python's version; skips (or fails under LLMDOCTOR_REQUIRE_LLAMACPP=1) when missing."""
+    return _require_llamacpp()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default tiny random-weight GGUF, generated once per session (≈111 MB, ~2 s)."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    llamacpp_version: str, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaCppServer]:
+    """A real ``llama_cpp.server`` serving the tiny GGUF on a free loopback port, for the session."""
+    log_path = tmp_path_factory.mktemp("llamacpp") / "server.log"
+    server = LlamaCppServer(tiny_gguf, model_alias="tiny-llama", log_path=log_path)
+    t0 = time.perf_counter()
+    server.start()
+    print(f"\nllama_cpp.server {llamacpp_version} ready in {time.perf_counter() - t0:.2f} s")
+    try:
+        yield server
+    finally:
+        server.stop()
