@@ -1,0 +1,1 @@
+"""Renderers: one plain function per output format; the report never renders itself."""
