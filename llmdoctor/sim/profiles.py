@@ -62,8 +62,14 @@ class LatencyProfile:
     reasoning_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("fixed_ms", "per_prompt_token_ms", "per_output_token_ms", "jitter_ms",
-                     "cold_start_ms", "loading_for_s"):
+        for name in (
+            "fixed_ms",
+            "per_prompt_token_ms",
+            "per_output_token_ms",
+            "jitter_ms",
+            "cold_start_ms",
+            "loading_for_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
@@ -83,7 +89,11 @@ class LatencyProfile:
 
     def expected_total_ms(self, prompt_tokens: int, output_tokens: int) -> float:
         """Latency the model predicts for a warm, unqueued request (without jitter)."""
-        return self.fixed_ms + prompt_tokens * self.per_prompt_token_ms + output_tokens * self.per_output_token_ms
+        return (
+            self.fixed_ms
+            + prompt_tokens * self.per_prompt_token_ms
+            + output_tokens * self.per_output_token_ms
+        )
 
 
 def _profile(name: str, description: str, **knobs: Any) -> LatencyProfile:
@@ -97,27 +107,76 @@ PROFILES: dict[str, LatencyProfile] = {
     p.name: p
     for p in (
         _profile("healthy", "A well-behaved endpoint: small floor, fast prefill and decode.", **_HEALTHY),
-        _profile("slow-floor", "Flat latency dominated by a 450 ms per-request floor.",
-                 fixed_ms=450.0, per_prompt_token_ms=0.05, per_output_token_ms=6.0),
-        _profile("cold-start", "Healthy, but the first request pays a 1.5 s model load.",
-                 **_HEALTHY, cold_start_ms=1500.0),
-        _profile("long-prefill", "Prefill costs 1.5 ms per prompt token: big prompts are slow to start.",
-                 fixed_ms=25.0, per_prompt_token_ms=1.5, per_output_token_ms=4.0),
-        _profile("slow-decode", "Decode costs 45 ms per token: long answers are slow.",
-                 fixed_ms=25.0, per_prompt_token_ms=0.05, per_output_token_ms=45.0),
-        _profile("queueing", "One request at a time with a 150 ms floor: concurrent requests queue.",
-                 fixed_ms=150.0, per_prompt_token_ms=0.05, per_output_token_ms=4.0, max_concurrency=1),
-        _profile("close-connections", "Healthy, but every response closes the connection (no keep-alive).",
-                 **_HEALTHY, close_connections=True),
-        _profile("stream-cut", "Healthy, but streams are cut after 3 tokens without [DONE].",
-                 **_HEALTHY, stream_cut_after=3),
-        _profile("loading", "Answers 503 'Loading model' for the first 30 s after start.",
-                 **_HEALTHY, loading_for_s=30.0),
-        _profile("unauthorized", "Requires the API key 'sim-secret' (401 without it).",
-                 **_HEALTHY, require_api_key="sim-secret"),
-        _profile("server-error", "Every generation request fails with HTTP 500.", **_HEALTHY, fail_status=500),
-        _profile("demo", "The demo: a visibly flat 350 ms floor, a 1.2 s cold start, 5 ms per token.",
-                 fixed_ms=350.0, per_prompt_token_ms=0.05, per_output_token_ms=5.0, cold_start_ms=1200.0),
+        _profile(
+            "slow-floor",
+            "Flat latency dominated by a 450 ms per-request floor.",
+            fixed_ms=450.0,
+            per_prompt_token_ms=0.05,
+            per_output_token_ms=6.0,
+        ),
+        _profile(
+            "cold-start",
+            "Healthy, but the first request pays a 1.5 s model load.",
+            **_HEALTHY,
+            cold_start_ms=1500.0,
+        ),
+        _profile(
+            "long-prefill",
+            "Prefill costs 1.5 ms per prompt token: big prompts are slow to start.",
+            fixed_ms=25.0,
+            per_prompt_token_ms=1.5,
+            per_output_token_ms=4.0,
+        ),
+        _profile(
+            "slow-decode",
+            "Decode costs 45 ms per token: long answers are slow.",
+            fixed_ms=25.0,
+            per_prompt_token_ms=0.05,
+            per_output_token_ms=45.0,
+        ),
+        _profile(
+            "queueing",
+            "One request at a time with a 150 ms floor: concurrent requests queue.",
+            fixed_ms=150.0,
+            per_prompt_token_ms=0.05,
+            per_output_token_ms=4.0,
+            max_concurrency=1,
+        ),
+        _profile(
+            "close-connections",
+            "Healthy, but every response closes the connection (no keep-alive).",
+            **_HEALTHY,
+            close_connections=True,
+        ),
+        _profile(
+            "stream-cut",
+            "Healthy, but streams are cut after 3 tokens without [DONE].",
+            **_HEALTHY,
+            stream_cut_after=3,
+        ),
+        _profile(
+            "loading",
+            "Answers 503 'Loading model' for the first 30 s after start.",
+            **_HEALTHY,
+            loading_for_s=30.0,
+        ),
+        _profile(
+            "unauthorized",
+            "Requires the API key 'sim-secret' (401 without it).",
+            **_HEALTHY,
+            require_api_key="sim-secret",
+        ),
+        _profile(
+            "server-error", "Every generation request fails with HTTP 500.", **_HEALTHY, fail_status=500
+        ),
+        _profile(
+            "demo",
+            "The demo: a visibly flat 350 ms floor, a 1.2 s cold start, 5 ms per token.",
+            fixed_ms=350.0,
+            per_prompt_token_ms=0.05,
+            per_output_token_ms=5.0,
+            cold_start_ms=1200.0,
+        ),
     )
 }
 

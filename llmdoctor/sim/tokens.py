@@ -39,8 +39,26 @@ _VOCAB_SIZE = 32000
 
 # The simulated model's vocabulary: every entry is exactly one token.
 _ANSWER_WORDS = (
-    "the", "answer", "is", "short", "and", "the", "model", "is", "warm", "so",
-    "each", "token", "costs", "a", "few", "milliseconds", "while", "the", "floor", "stays",
+    "the",
+    "answer",
+    "is",
+    "short",
+    "and",
+    "the",
+    "model",
+    "is",
+    "warm",
+    "so",
+    "each",
+    "token",
+    "costs",
+    "a",
+    "few",
+    "milliseconds",
+    "while",
+    "the",
+    "floor",
+    "stays",
 )
 _REASONING_WORDS = ("let", "me", "think", "about", "this", "carefully", "first")
 
