@@ -74,6 +74,11 @@ class RequestTiming:
         return self.content_events + self.reasoning_events
 
     @property
+    def setup_ms(self) -> float:
+        """Connection set-up this request paid: TCP connect (which includes DNS in httpx) + TLS."""
+        return (self.connect_ms or 0.0) + (self.tls_ms or 0.0)
+
+    @property
     def decode_ms(self) -> float | None:
         """Time from the first to the last token."""
         if self.ttft_ms is None or not self.token_times_ms:
