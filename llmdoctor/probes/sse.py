@@ -96,13 +96,16 @@ class SSEParser:
                 scan_from = 0
         events: list[SSEEvent] = []
         start = 0
-        for m in _EOL.finditer(buf, scan_from):
-            if m.start() - start > self.max_line_bytes:
+        pos = scan_from
+        while (m := _EOL.search(buf, pos)) is not None:
+            eol_start, pos = m.span()
+            del m  # a live match would pin the bytearray (no resizing while it exists)
+            if eol_start - start > self.max_line_bytes:
                 self._fail_line()
-            if m.end() == len(buf) and m.group() == b"\r":
+            if pos == len(buf) and pos - eol_start == 1 and buf[eol_start] == 0x0D:  # lone CR at the end
                 self._skip_lf = True
-            self._line(bytes(buf[start : m.start()]), events)
-            start = m.end()
+            self._line(bytes(buf[start:eol_start]), events)
+            start = pos
         if start:
             del buf[:start]
         if len(buf) > self.max_line_bytes:
