@@ -1,21 +1,110 @@
 """Name resolution of the endpoint host (probe ``dns``).
 
-Measures how long the system resolver (``getaddrinfo``) takes to resolve the
-endpoint's host name. An IP-literal endpoint skips resolution entirely.
+Measures what a new connection pays to find the endpoint:
+
+- the system resolver (``getaddrinfo``, what most HTTP clients call per new connection);
+- each configured DNS server (``/etc/resolv.conf``, or ``Options.dns_server``: ``IP[:PORT]``,
+  several separated by commas, tried in order like resolv.conf), for A and AAAA: time, answers,
+  TTL, response code, or a timeout;
+- ``/etc/hosts`` overrides of the name;
+- whether each resolved address accepts a TCP connection on the endpoint's port (an AAAA answer
+  that does not connect costs a happy-eyeballs fallback on every new connection).
+
+Every query and every connect has a timeout. An IP-literal endpoint skips resolution.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
 
-__all__ = ["DnsResult", "resolve", "is_ip_literal"]
+__all__ = [
+    "AddressCheck",
+    "DnsQuery",
+    "DnsResult",
+    "ResolverTiming",
+    "is_ip_literal",
+    "parse_dns_servers",
+    "parse_resolv_conf",
+    "hosts_file_addresses",
+    "resolve",
+]
+
+RESOLV_CONF = "/etc/resolv.conf"
+HOSTS_FILE = "/etc/hosts"
+# glibc's defaults when resolv.conf sets no "options timeout:/attempts:".
+GLIBC_TIMEOUT_S = 5.0
+GLIBC_ATTEMPTS = 2
+# The probe's own limits: never wait longer than this for one query or one connect.
+QUERY_TIMEOUT_S = 2.0
+CONNECT_TIMEOUT_S = 1.0
+MAX_ADDRESSES_PER_FAMILY = 4
+
+
+@dataclass
+class DnsQuery:
+    """One A or AAAA query sent to one DNS server."""
+
+    rdtype: str
+    ms: float | None = None
+    answers: list[str] = field(default_factory=list)
+    ttl: int | None = None
+    rcode: str = ""
+    error: str = ""
+
+    @property
+    def answered(self) -> bool:
+        """The server answered (any rcode but SERVFAIL/REFUSED), without timing out."""
+        return not self.error and self.rcode not in ("SERVFAIL", "REFUSED", "")
+
+
+@dataclass
+class ResolverTiming:
+    """A and AAAA lookups of the endpoint host on one DNS server."""
+
+    server: str
+    source: str
+    queries: list[DnsQuery] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """At least one query got a usable answer."""
+        return any(q.answered for q in self.queries)
+
+    @property
+    def timed_out(self) -> bool:
+        """Every query timed out: a dead or unreachable server."""
+        return bool(self.queries) and all(q.error == "timeout" for q in self.queries)
+
+    @property
+    def lookup_ms(self) -> float | None:
+        """What one lookup costs: the slower of A and AAAA (resolvers send both in parallel)."""
+        times = [q.ms for q in self.queries if q.answered and q.ms is not None]
+        return max(times) if times else None
+
+
+@dataclass
+class AddressCheck:
+    """Whether one resolved address accepts a TCP connection on the endpoint's port."""
+
+    address: str
+    family: str
+    connect_ms: float | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """The connect succeeded."""
+        return not self.error and self.connect_ms is not None
 
 
 @dataclass
@@ -28,6 +117,68 @@ class DnsResult:
     system_addresses: list[str] = field(default_factory=list)
     system_error: str = ""
     note: str = ""
+    hosts_file_addresses: list[str] = field(default_factory=list)
+    resolvers: list[ResolverTiming] = field(default_factory=list)
+    explicit_servers: bool = False
+    resolver_timeout_s: float = GLIBC_TIMEOUT_S
+    resolver_attempts: int = GLIBC_ATTEMPTS
+    query_timeout_s: float = QUERY_TIMEOUT_S
+    addresses: list[AddressCheck] = field(default_factory=list)
+    queries_sent: int = 0
+
+    @property
+    def working_resolver(self) -> ResolverTiming | None:
+        """The first resolver, in order, that answered."""
+        return next((r for r in self.resolvers if r.ok), None)
+
+    @property
+    def failing_resolvers(self) -> list[ResolverTiming]:
+        """Resolvers tried before the first working one that did not answer."""
+        out = []
+        for r in self.resolvers:
+            if r.ok:
+                break
+            out.append(r)
+        return out
+
+    @property
+    def fallback_penalty_ms(self) -> float:
+        """Time a client waits on failing resolvers before one answers (per lookup)."""
+        total = 0.0
+        for r in self.failing_resolvers:
+            if r.timed_out:
+                total += self.resolver_timeout_s * 1000
+            else:
+                total += max((q.ms or 0.0) for q in r.queries) if r.queries else 0.0
+        return total
+
+    @property
+    def lookup_ms(self) -> float | None:
+        """What resolving the host costs a new connection, in ms (None if unknown or no lookup).
+
+        The system resolver's time, unless DNS servers were given explicitly (or the system
+        lookup failed): then the first working server's time plus the fallback penalty.
+        """
+        if self.is_ip_literal:
+            return None
+        if self.hosts_file_addresses and self.system_ms is not None:
+            return self.system_ms
+        working = self.working_resolver
+        resolver_ms = None if working is None else (working.lookup_ms or 0.0) + self.fallback_penalty_ms
+        if self.explicit_servers or self.system_ms is None or self.system_error:
+            return resolver_ms
+        return self.system_ms
+
+    @property
+    def min_ttl(self) -> int | None:
+        """Shortest TTL among the answers (a short TTL means repeated lookups)."""
+        ttls = [q.ttl for r in self.resolvers for q in r.queries if q.ttl is not None]
+        return min(ttls) if ttls else None
+
+    @property
+    def unreachable_ipv6(self) -> list[AddressCheck]:
+        """IPv6 addresses of the host that do not accept a connection."""
+        return [a for a in self.addresses if a.family == "ipv6" and not a.ok]
 
 
 def is_ip_literal(host: str) -> bool:
@@ -39,27 +190,201 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-def _system_lookup(host: str, port: int) -> tuple[float, list[str], str]:
+def parse_dns_servers(value: str) -> list[tuple[str, int]]:
+    """Parse ``IP[:PORT]`` (``[v6]:PORT`` for IPv6), several separated by commas.
+
+    Raises ValueError on anything that is not an IP address and port.
+    """
+    servers = []
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        host, port = item, 53
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            if rest:
+                port = int(rest.lstrip(":"))
+        elif item.count(":") == 1:
+            host, _, p = item.partition(":")
+            port = int(p)
+        ipaddress.ip_address(host)
+        if not 0 < port < 65536:
+            raise ValueError(f"DNS server port out of range: {item!r}")
+        servers.append((host, port))
+    if not servers:
+        raise ValueError("no DNS server given")
+    return servers
+
+
+def parse_resolv_conf(text: str) -> tuple[list[str], float, int]:
+    """Nameservers, ``options timeout:`` (s) and ``attempts:`` of a resolv.conf text."""
+    servers: list[str] = []
+    timeout, attempts = GLIBC_TIMEOUT_S, GLIBC_ATTEMPTS
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split(";", 1)[0].split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            servers.append(words[1].split("%", 1)[0])
+        elif words and words[0] == "options":
+            for opt in words[1:]:
+                key, _, val = opt.partition(":")
+                try:
+                    if key == "timeout":
+                        timeout = float(val)
+                    elif key == "attempts":
+                        attempts = int(val)
+                except ValueError:
+                    continue
+    return servers, timeout, attempts
+
+
+def hosts_file_addresses(host: str, text: str) -> list[str]:
+    """Addresses that a hosts-file text gives `host` (an override of DNS)."""
+    wanted = host.lower().rstrip(".")
+    out: list[str] = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if len(words) >= 2 and wanted in (w.lower() for w in words[1:]) and words[0] not in out:
+            out.append(words[0])
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _system_lookup(host: str, port: int, timeout_s: float) -> tuple[float | None, list[str], str]:
+    """``getaddrinfo`` on a helper thread, so a hung resolver cannot hang the probe."""
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        started = time.perf_counter()
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            box["error"] = f"{type(exc).__name__}: {exc}"
+        box["ms"] = (time.perf_counter() - started) * 1000
+
+    thread = threading.Thread(target=work, name="llmdoctor-getaddrinfo", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return None, [], f"timeout: no answer within {timeout_s:g} s"
+    if "error" in box:
+        return box.get("ms"), [], str(box["error"])  # type: ignore[return-value]
+    infos = box["infos"]
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))  # type: ignore[attr-defined]
+    return box["ms"], addresses, ""  # type: ignore[return-value]
+
+
+def _query(host: str, rdtype: str, server: str, port: int, timeout_s: float) -> DnsQuery:
+    import dns.exception
+    import dns.flags
+    import dns.message
+    import dns.query
+    import dns.rcode
+    import dns.rdatatype
+
+    result = DnsQuery(rdtype=rdtype)
+    request = dns.message.make_query(host.rstrip(".") + ".", rdtype)
     started = time.perf_counter()
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        response = dns.query.udp(request, server, port=port, timeout=timeout_s)
+        if response.flags & dns.flags.TC:
+            remaining = max(0.1, timeout_s - (time.perf_counter() - started))
+            response = dns.query.tcp(request, server, port=port, timeout=remaining)
+    except dns.exception.Timeout:
+        result.error = "timeout"
+        return result
+    except (OSError, dns.exception.DNSException) as exc:
+        result.ms = (time.perf_counter() - started) * 1000
+        result.error = f"{type(exc).__name__}: {exc}"
+        return result
+    result.ms = (time.perf_counter() - started) * 1000
+    result.rcode = dns.rcode.to_text(response.rcode())
+    wanted = dns.rdatatype.from_text(rdtype)
+    for rrset in response.answer:
+        if rrset.rdtype == wanted:
+            result.answers.extend(r.to_text() for r in rrset)
+        result.ttl = rrset.ttl if result.ttl is None else min(result.ttl, rrset.ttl)
+    return result
+
+
+def _connect(address: str, port: int, timeout_s: float) -> AddressCheck:
+    family = "ipv6" if ":" in address else "ipv4"
+    check = AddressCheck(address=address, family=family)
+    sock = socket.socket(socket.AF_INET6 if family == "ipv6" else socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    started = time.perf_counter()
+    try:
+        sock.connect((address, port))
+        check.connect_ms = (time.perf_counter() - started) * 1000
+    except TimeoutError:
+        check.error = f"timeout after {timeout_s:g} s"
     except OSError as exc:
-        return (time.perf_counter() - started) * 1000, [], f"{type(exc).__name__}: {exc}"
-    elapsed = (time.perf_counter() - started) * 1000
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    return elapsed, addresses, ""
+        check.error = exc.strerror or type(exc).__name__
+    finally:
+        sock.close()
+    return check
+
+
+def _servers(ctx: Context, result: DnsResult) -> list[tuple[str, int, str]]:
+    if ctx.options.dns_server:
+        result.explicit_servers = True
+        try:
+            parsed = parse_dns_servers(ctx.options.dns_server)
+        except ValueError as exc:
+            from llmdoctor.context import ProbeUnavailable
+
+            raise ProbeUnavailable(f"bad --dns-server {ctx.options.dns_server!r}: {exc}") from None
+        return [(h, p, "--dns-server") for h, p in parsed]
+    names, timeout, attempts = parse_resolv_conf(_read(RESOLV_CONF))
+    result.resolver_timeout_s, result.resolver_attempts = timeout, attempts
+    return [(n, 53, RESOLV_CONF) for n in names]
 
 
 def resolve(ctx: Context) -> DnsResult:
-    """Time the system resolver on the endpoint's host."""
+    """Time the system resolver and each DNS server on the endpoint's host; test its addresses."""
     from llmdoctor.context import ProbeUnavailable
 
     if ctx.target is None:
         raise ProbeUnavailable("no endpoint given")
-    host = ctx.target.host
+    host, port = ctx.target.host, ctx.target.port
     if is_ip_literal(host):
         return DnsResult(host=host, is_ip_literal=True, note="the endpoint is an IP address: no DNS lookup")
-    ms, addresses, error = _system_lookup(host, ctx.target.port)
-    return DnsResult(
-        host=host, is_ip_literal=False, system_ms=ms, system_addresses=addresses, system_error=error
-    )
+    timeout_s = min(QUERY_TIMEOUT_S, ctx.options.timeout_s)
+    result = DnsResult(host=host, is_ip_literal=False, query_timeout_s=timeout_s)
+    result.hosts_file_addresses = hosts_file_addresses(host, _read(HOSTS_FILE))
+    if result.hosts_file_addresses:
+        result.note = f"{HOSTS_FILE} overrides DNS for {host}"
+    result.system_ms, result.system_addresses, result.system_error = _system_lookup(host, port, timeout_s)
+
+    servers = _servers(ctx, result)
+    for server, server_port, source in servers:
+        label = f"[{server}]:{server_port}" if ":" in server else f"{server}:{server_port}"
+        timing = ResolverTiming(server=label, source=source)
+        # A and AAAA go out together, as glibc and most stub resolvers send them.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(_query, host, t, server, server_port, timeout_s) for t in ("A", "AAAA")]
+            timing.queries = [f.result() for f in futures]
+        result.queries_sent += len(timing.queries)
+        result.resolvers.append(timing)
+        if timing.ok and not result.explicit_servers:
+            break  # a client stops at the first server that answers
+
+    addresses: list[str] = list(result.hosts_file_addresses or result.system_addresses)
+    working = result.working_resolver
+    if working is not None:
+        addresses += [a for q in working.queries for a in q.answers]
+    by_family: dict[str, list[str]] = {"ipv4": [], "ipv6": []}
+    for addr in dict.fromkeys(addresses):
+        if is_ip_literal(addr):
+            by_family["ipv6" if ":" in addr else "ipv4"].append(addr)
+    connect_timeout = min(CONNECT_TIMEOUT_S, ctx.options.timeout_s)
+    for family_addresses in by_family.values():
+        for addr in family_addresses[:MAX_ADDRESSES_PER_FAMILY]:
+            result.addresses.append(_connect(addr, port, connect_timeout))
+    return result
+

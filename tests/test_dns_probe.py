@@ -1,0 +1,129 @@
+"""The dns probe against a real DNS responder on loopback (dnspython) and real sockets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from llmdoctor.context import Context
+from llmdoctor.probes import dns as dnsprobe
+from llmdoctor.target import Options, Target
+from tests.dnsserver import DnsResponder
+
+HOST = "llm.test"
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on 127.0.0.1 only (so ::1 on the same port refuses)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def loopback_system_lookup(monkeypatch):
+    """Keep getaddrinfo off the network: names other than localhost fail as unknown, fast.
+
+    The machine's own resolver is not a loopback address; tests must never query it.
+    """
+
+    def lookup(host: str, port: int, timeout_s: float):
+        if host == "localhost":
+            return 0.2, ["127.0.0.1"], ""
+        return 0.3, [], "gaierror: [Errno -2] Name or service not known"
+
+    monkeypatch.setattr(dnsprobe, "_system_lookup", lookup)
+
+
+def _probe(url: str, **options) -> dnsprobe.DnsResult:
+    return Context(Target(url), Options(**options)).get("dns")
+
+
+def test_ip_literal_skips_resolution():
+    result = _probe("http://127.0.0.1:8000/v1")
+    assert result.is_ip_literal and result.system_ms is None and result.lookup_ms is None
+    assert "IP address" in result.note and result.queries_sent == 0
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_injected_150ms_delay_is_measured_within_20_percent(listener):
+    records = {HOST: {"A": ["127.0.0.1"]}}
+    with DnsResponder(records, delay_s=0.150, ttl=300) as server:
+        result = _probe(f"http://{HOST}:{listener}/v1", dns_server=server.address, timeout_s=2.0)
+    resolver = result.resolvers[0]
+    assert resolver.ok and resolver.server == server.address
+    a = next(q for q in resolver.queries if q.rdtype == "A")
+    assert a.answers == ["127.0.0.1"] and a.ttl == 300 and a.rcode == "NOERROR"
+    assert result.lookup_ms == pytest.approx(150, rel=0.20)
+    assert [(c.address, c.ok) for c in result.addresses] == [("127.0.0.1", True)]
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_silent_resolver_first_costs_the_resolver_timeout(listener):
+    records = {HOST: {"A": ["127.0.0.1"]}}
+    with DnsResponder(mode="silent") as dead, DnsResponder(records) as good:
+        result = _probe(
+            f"http://{HOST}:{listener}/v1", dns_server=f"{dead.address},{good.address}", timeout_s=0.5
+        )
+    assert dead.queries == 2  # A and AAAA both sent, neither answered
+    assert [r.timed_out for r in result.resolvers] == [True, False]
+    assert result.working_resolver is result.resolvers[1]
+    assert result.fallback_penalty_ms == dnsprobe.GLIBC_TIMEOUT_S * 1000
+    assert result.lookup_ms is not None and result.lookup_ms > 5000
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_servfail_resolver_is_not_ok():
+    with DnsResponder(mode="servfail") as bad:
+        result = _probe(f"http://{HOST}:80/v1", dns_server=bad.address, timeout_s=0.5)
+    assert not result.resolvers[0].ok and not result.resolvers[0].timed_out
+    assert {q.rcode for q in result.resolvers[0].queries} == {"SERVFAIL"}
+    assert result.working_resolver is None and result.lookup_ms is None
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_aaaa_that_does_not_connect_is_reported(listener):
+    records = {HOST: {"A": ["127.0.0.1"], "AAAA": ["::1"]}}
+    with DnsResponder(records, ttl=5) as server:
+        result = _probe(f"http://{HOST}:{listener}/v1", dns_server=server.address)
+    assert result.min_ttl == 5
+    assert [a.address for a in result.unreachable_ipv6] == ["::1"]
+    assert next(a for a in result.addresses if a.family == "ipv4").ok
+
+
+def test_real_getaddrinfo_on_localhost_and_hosts_override(listener, monkeypatch, tmp_path):
+    # localhost resolves from /etc/hosts on every Linux; no DNS server is asked here.
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# no servers\noptions timeout:1 attempts:3\n")
+    monkeypatch.setattr(dnsprobe, "RESOLV_CONF", str(conf))
+    result = _probe(f"http://localhost:{listener}/v1")
+    assert result.system_error == "" and "127.0.0.1" in result.system_addresses
+    assert result.system_ms is not None and result.system_ms < 1000
+    assert result.resolvers == [] and result.resolver_timeout_s == 1.0 and result.resolver_attempts == 3
+    assert "127.0.0.1" in result.hosts_file_addresses and "overrides" in result.note
+    assert result.lookup_ms == result.system_ms
+
+
+def test_parsers():
+    assert dnsprobe.parse_dns_servers("127.0.0.1:5353, [::1]:53,10.0.0.1") == [
+        ("127.0.0.1", 5353), ("::1", 53), ("10.0.0.1", 53)
+    ]
+    with pytest.raises(ValueError):
+        dnsprobe.parse_dns_servers("dns.example:53")
+    servers, timeout, attempts = dnsprobe.parse_resolv_conf(
+        "nameserver 10.0.0.2\n# nameserver 9.9.9.9\nnameserver fe80::1%eth0\noptions rotate timeout:2\n"
+    )
+    assert servers == ["10.0.0.2", "fe80::1"] and timeout == 2.0 and attempts == 2
+    hosts = "127.0.0.1 localhost\n10.1.2.3 llm.test llm # inference\n#10.9.9.9 llm.test\n"
+    assert dnsprobe.hosts_file_addresses("LLM.test", hosts) == ["10.1.2.3"]
+    assert dnsprobe.hosts_file_addresses("other", hosts) == []
+
+
+def test_bad_dns_server_option_is_unavailable_with_reason():
+    ctx = Context(Target(f"http://{HOST}:80/v1"), Options(dns_server="not-an-ip"))
+    assert ctx.optional("dns") is None
+    assert "bad --dns-server" in ctx.statuses()[0].reason
