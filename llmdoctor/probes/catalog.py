@@ -80,6 +80,32 @@ PROBES: dict[str, ProbeSpec] = {
             "llmdoctor.probes.dns:DnsResult",
             "name resolution time of the endpoint host",
         ),
+        ProbeSpec(
+            "server_metrics",
+            "llmdoctor.probes.metrics:server_metrics",
+            "llmdoctor.probes.metrics:ServerMetricsResult",
+            "backend metrics (/metrics, Ollama /api/ps, llama.cpp /slots) before and after the baseline",
+        ),
+        ProbeSpec(
+            "gpu_metrics",
+            "llmdoctor.probes.gpu:gpu_metrics",
+            "llmdoctor.probes.gpu:GpuSnapshot",
+            "GPU state from the serving host's DCGM exporter (--gpu-metrics-url)",
+        ),
+        ProbeSpec(
+            "gpu",
+            "llmdoctor.probes.gpu:gpu",
+            "llmdoctor.probes.gpu:GpuSnapshot",
+            "GPU utilisation, memory, throttling of this machine via NVML",
+            local=True,
+        ),
+        ProbeSpec(
+            "host",
+            "llmdoctor.probes.host:host",
+            "llmdoctor.probes.host:HostResult",
+            "CPU, RAM, swap of this machine and the inference-server process",
+            local=True,
+        ),
     )
 }
 

@@ -1,0 +1,119 @@
+"""Metric names of each serving backend, mapped onto one vocabulary.
+
+Names were looked up in the backends' own docs and code, because they changed
+across versions (vLLM renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc``
+in V1; llama.cpp dropped ``kv_cache_usage_ratio``). For each normalised field
+the candidates are tried in order and the first present wins, so newer names
+take precedence over older ones when a server exports both.
+
+Sources:
+- vLLM: docs.vllm.ai "Production Metrics" (v0.5 and stable), vllm/v1/metrics/loggers.py.
+- TGI: huggingface.co/docs/text-generation-inference/reference/metrics.
+- llama.cpp: ggml-org/llama.cpp tools/server/README.md ("Available metrics").
+- SGLang: docs.sglang.io references/production_metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Backend", "BACKENDS", "detect_backend"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How one backend names the series the doctor reads.
+
+    Gauges are aggregated over label sets (sum for counts, max for ratios);
+    histograms are given by base name (``_sum`` / ``_count`` are appended).
+    """
+
+    name: str
+    prefix: str
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    kv_usage: tuple[str, ...] = ()
+    preemptions: tuple[str, ...] = ()
+    retracted: tuple[str, ...] = ()
+    prefix_hits: tuple[str, ...] = ()
+    prefix_queries: tuple[str, ...] = ()
+    ttft: tuple[str, ...] = ()
+    queue_time: tuple[str, ...] = ()
+    prefill_time: tuple[str, ...] = ()
+    decode_time: tuple[str, ...] = ()
+    e2e: tuple[str, ...] = ()
+    startup_s: tuple[str, ...] = ()
+    # Series kept verbatim in `ServerMetrics.samples` besides the mapped ones.
+    extra: tuple[str, ...] = field(default=())
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            name="vllm",
+            prefix="vllm:",
+            running=("vllm:num_requests_running",),
+            waiting=("vllm:num_requests_waiting",),
+            # V1 name first; V0 (and early V1) exported gpu_cache_usage_perc.
+            kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            preemptions=("vllm:num_preemptions_total",),
+            prefix_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+            prefix_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+            ttft=("vllm:time_to_first_token_seconds",),
+            queue_time=("vllm:request_queue_time_seconds",),
+            prefill_time=("vllm:request_prefill_time_seconds",),
+            decode_time=("vllm:request_decode_time_seconds",),
+            e2e=("vllm:e2e_request_latency_seconds",),
+            extra=("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc"),
+        ),
+        Backend(
+            name="tgi",
+            prefix="tgi_",
+            running=("tgi_batch_current_size",),
+            waiting=("tgi_queue_size",),
+            queue_time=("tgi_request_queue_duration",),
+            e2e=("tgi_request_duration",),
+            extra=("tgi_batch_current_max_tokens", "tgi_request_count", "tgi_request_success"),
+        ),
+        Backend(
+            name="llamacpp",
+            prefix="llamacpp:",
+            running=("llamacpp:requests_processing",),
+            waiting=("llamacpp:requests_deferred",),
+            # Removed upstream; still exported by older builds and forks.
+            kv_usage=("llamacpp:kv_cache_usage_ratio",),
+            extra=(
+                "llamacpp:kv_cache_tokens",
+                "llamacpp:n_busy_slots_per_decode",
+                "llamacpp:n_tokens_max",
+                "llamacpp:prompt_seconds_total",
+                "llamacpp:prompt_tokens_total",
+            ),
+        ),
+        Backend(
+            name="sglang",
+            prefix="sglang:",
+            running=("sglang:num_running_reqs",),
+            waiting=("sglang:num_queue_reqs",),
+            kv_usage=("sglang:token_usage",),
+            retracted=("sglang:num_retracted_reqs",),
+            prefix_hits=("sglang:cached_tokens_total",),
+            prefix_queries=("sglang:prompt_tokens_total",),
+            ttft=("sglang:time_to_first_token_seconds",),
+            queue_time=("sglang:queue_time_seconds",),
+            e2e=("sglang:e2e_request_latency_seconds",),
+            startup_s=("sglang:engine_startup_time",),
+            extra=("sglang:cache_hit_rate", "sglang:engine_load_weights_time", "sglang:max_total_num_tokens"),
+        ),
+    )
+}
+
+
+def detect_backend(sample_names: set[str]) -> str | None:
+    """The backend whose prefix most series carry, or None when none matches."""
+    counts = {
+        name: sum(1 for s in sample_names if s.startswith(b.prefix)) for name, b in BACKENDS.items()
+    }
+    best = max(counts, key=lambda k: counts[k])
+    return best if counts[best] else None

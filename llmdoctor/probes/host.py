@@ -1,0 +1,216 @@
+"""CPU, memory and the serving process on this machine (probe ``host``, local).
+
+Meaningful when the doctor runs on the server host: CPU saturation sampled
+over half a second, RAM and swap pressure, and the inference server's process
+(``--pid``, or found by name) with its RSS, threads, open files and uptime;
+a young process is cold-start evidence.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
+
+__all__ = ["HostResult", "ProcessInfo", "SERVER_PATTERNS", "find_server_process", "host", "describe_process"]
+
+# How inference servers show up in a process list: (label, regex over "name cmdline").
+SERVER_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("vllm", r"\bvllm\b( serve|\.entrypoints)|vllm\.entrypoints"),
+    ("sglang", r"sglang\.launch_server|\bsglang\b serve"),
+    ("tgi", r"text-generation-launcher|text-generation-router|text-generation-server"),
+    ("llama.cpp", r"(^|/)llama-server\b|llama_cpp\.server"),
+    ("ollama", r"(^|/)ollama\b.*\b(serve|runner)\b|^ollama$"),
+)
+_SECRET_FLAG = re.compile(r"(key|token|secret|password)", re.IGNORECASE)
+
+
+@dataclass
+class ProcessInfo:
+    """The inference server's process."""
+
+    pid: int
+    name: str
+    kind: str = ""
+    cmdline: str = ""
+    rss_bytes: int | None = None
+    threads: int | None = None
+    open_files: int | None = None
+    started_at: float | None = None
+    uptime_s: float | None = None
+    cpu_percent: float | None = None
+
+
+@dataclass
+class HostResult:
+    """This machine's load, and the serving process if found."""
+
+    cpu_count: int
+    cpu_percent: float
+    per_cpu_percent: list[float] = field(default_factory=list)
+    load_avg: list[float] = field(default_factory=list)
+    mem_total_bytes: int = 0
+    mem_available_bytes: int = 0
+    mem_percent: float = 0.0
+    swap_total_bytes: int = 0
+    swap_used_bytes: int = 0
+    swap_percent: float = 0.0
+    swapped_in_bytes: int = 0
+    swapped_out_bytes: int = 0
+    target_is_local: bool | None = None
+    server_process: ProcessInfo | None = None
+    process_source: str = ""
+    note: str = ""
+
+    @property
+    def mem_available_fraction(self) -> float | None:
+        """Available / total RAM."""
+        return self.mem_available_bytes / self.mem_total_bytes if self.mem_total_bytes else None
+
+
+def _mask_cmdline(args: list[str]) -> str:
+    out, hide_next = [], False
+    for arg in args:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif arg.startswith("-") and _SECRET_FLAG.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                hide_next = True
+        else:
+            out.append(arg)
+    return " ".join(out)[:300]
+
+
+def describe_process(proc: Any, kind: str = "") -> ProcessInfo:
+    """Snapshot a psutil.Process (fields it may not read are None)."""
+    import psutil
+
+    info = ProcessInfo(pid=proc.pid, name="", kind=kind)
+    with proc.oneshot():
+        for attr, call in (
+            ("name", proc.name),
+            ("cmdline", lambda: _mask_cmdline(proc.cmdline())),
+            ("rss_bytes", lambda: proc.memory_info().rss),
+            ("threads", proc.num_threads),
+            ("open_files", lambda: len(proc.open_files())),
+            ("started_at", proc.create_time),
+        ):
+            try:
+                setattr(info, attr, call())
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                pass
+    if info.started_at is not None:
+        info.uptime_s = max(0.0, time.time() - info.started_at)
+    try:
+        info.cpu_percent = proc.cpu_percent(interval=None)
+    except (psutil.Error, OSError):
+        pass
+    return info
+
+
+def _kind(text: str) -> str | None:
+    for kind, pattern in SERVER_PATTERNS:
+        if re.search(pattern, text):
+            return kind
+    return None
+
+
+def find_server_process(port: int | None = None) -> tuple[Any, str] | None:
+    """The likeliest inference-server process: one listening on `port` first, else the oldest match."""
+    import psutil
+
+    matches = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "create_time"]):
+        text = f"{proc.info.get('name') or ''} {' '.join(proc.info.get('cmdline') or [])}".strip()
+        kind = _kind(text)
+        if kind:
+            matches.append((proc, kind))
+    if not matches:
+        return None
+    if port is not None:
+        for proc, kind in matches:
+            try:
+                if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+                       for c in proc.net_connections(kind="inet")):
+                    return proc, kind
+            except (psutil.Error, OSError):
+                continue
+    return min(matches, key=lambda m: m[0].info.get("create_time") or 0.0)
+
+
+def _is_local(host: str) -> bool | None:
+    import psutil
+
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return None
+    local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    for addr in addresses:
+        try:
+            if ipaddress.ip_address(addr.split("%")[0]).is_loopback or addr in local:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def host(ctx: Context) -> HostResult:
+    """Probe: CPU, RAM and swap of this machine, and the serving process."""
+    import psutil
+
+    from llmdoctor.context import ProbeUnavailable
+
+    found = None
+    source = ""
+    if ctx.options.pid is not None:
+        try:
+            found = (psutil.Process(ctx.options.pid), "")
+        except psutil.NoSuchProcess:
+            raise ProbeUnavailable(f"--pid {ctx.options.pid}: no such process") from None
+        source = "pid"
+    else:
+        found = find_server_process(ctx.target.port if ctx.target else None)
+        source = "name" if found else ""
+    if found is not None:
+        found[0].cpu_percent(interval=None)  # primes the per-process counter for the window below
+    per_cpu = psutil.cpu_percent(interval=0.5, percpu=True)
+    mem, swap = psutil.virtual_memory(), psutil.swap_memory()
+    try:
+        load = list(psutil.getloadavg())
+    except (AttributeError, OSError):
+        load = []
+    result = HostResult(
+        cpu_count=psutil.cpu_count() or len(per_cpu),
+        cpu_percent=sum(per_cpu) / len(per_cpu) if per_cpu else 0.0,
+        per_cpu_percent=list(per_cpu),
+        load_avg=load,
+        mem_total_bytes=mem.total,
+        mem_available_bytes=mem.available,
+        mem_percent=mem.percent,
+        swap_total_bytes=swap.total,
+        swap_used_bytes=swap.used,
+        swap_percent=swap.percent,
+        swapped_in_bytes=getattr(swap, "sin", 0),
+        swapped_out_bytes=getattr(swap, "sout", 0),
+        target_is_local=_is_local(ctx.target.host) if ctx.target else None,
+        process_source=source,
+    )
+    if found is not None:
+        try:
+            result.server_process = describe_process(*found)
+        except psutil.NoSuchProcess:
+            result.note = "the server process exited while being read"
+    elif ctx.options.pid is None:
+        result.note = "no inference-server process found by name; pass --pid"
+    return result

@@ -1,0 +1,393 @@
+"""The serving backend's own metrics (probe ``server_metrics``).
+
+Scrapes the backend's Prometheus ``/metrics`` twice, around the ``baseline``
+probe, so that counters and histograms give deltas that cover *our* requests
+(queue time, prefill time, preemptions). Where a backend has no ``/metrics``
+it reads its native state instead: Ollama's ``/api/ps`` (loaded models, VRAM
+share, keep-alive expiry) and llama.cpp's ``/props`` and ``/slots``.
+
+Everything is normalised into `ServerMetrics`, in which an absent series is
+`None` and never 0: "the backend does not export it" and "it is zero" lead
+checks to different answers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from llmdoctor.probes.backends import BACKENDS, Backend, detect_backend
+
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
+
+__all__ = [
+    "Histogram",
+    "LoadedModel",
+    "MetricsDelta",
+    "ServerMetrics",
+    "ServerMetricsResult",
+    "fetch_text",
+    "normalize",
+    "parse_ollama_ps",
+    "parse_samples",
+    "server_metrics",
+]
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+@dataclass
+class Histogram:
+    """Cumulative ``_sum`` (seconds) and ``_count`` of a latency histogram."""
+
+    sum: float
+    count: float
+
+    @property
+    def mean_ms(self) -> float | None:
+        """Mean observation in milliseconds, None when empty."""
+        return self.sum / self.count * 1000 if self.count > 0 else None
+
+
+@dataclass
+class LoadedModel:
+    """A model resident in the server (Ollama ``/api/ps``)."""
+
+    name: str
+    size_bytes: int = 0
+    size_vram_bytes: int = 0
+    expires_at: str = ""
+    context_length: int | None = None
+
+    @property
+    def cpu_fraction(self) -> float:
+        """Share of the model's memory not in VRAM (0 = fully on the GPU)."""
+        if self.size_bytes <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.size_vram_bytes / self.size_bytes)
+
+
+@dataclass
+class ServerMetrics:
+    """One scrape, normalised across backends; None means "not exported"."""
+
+    backend: str = "unknown"
+    url: str = ""
+    scraped_at: float = 0.0
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None
+    preemptions_total: float | None = None
+    retracted: float | None = None
+    engine_sleeping: bool | None = None
+    ttft: Histogram | None = None
+    queue_time: Histogram | None = None
+    prefill_time: Histogram | None = None
+    decode_time: Histogram | None = None
+    e2e: Histogram | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    process_start_time: float | None = None
+    startup_s: float | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    models: list[LoadedModel] | None = None
+    model_names: list[str] = field(default_factory=list)
+    samples: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def uptime_s(self) -> float | None:
+        """Seconds since the serving process started, when it exports its start time."""
+        if self.process_start_time is None or not self.scraped_at:
+            return None
+        return max(0.0, self.scraped_at - self.process_start_time)
+
+
+@dataclass
+class MetricsDelta:
+    """What changed between the two scrapes (the interval that holds our requests)."""
+
+    seconds: float
+    requests: float | None = None
+    our_requests: int = 0
+    ttft_ms: float | None = None
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    e2e_ms: float | None = None
+    preemptions: float | None = None
+    counter_reset: bool = False
+
+
+@dataclass
+class ServerMetricsResult:
+    """Both scrapes, their delta, and notes on what could not be read."""
+
+    backend: str
+    url: str
+    before: ServerMetrics
+    after: ServerMetrics | None = None
+    delta: MetricsDelta | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def latest(self) -> ServerMetrics:
+        """The most recent scrape."""
+        return self.after or self.before
+
+    def worst(self, attr: str) -> float | None:
+        """The larger of a gauge over both scrapes (None when neither has it)."""
+        values = [getattr(s, attr) for s in (self.before, self.after) if s is not None]
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def parse_samples(text: str) -> Samples:
+    """Parse Prometheus text into ``{sample name: [(labels, value), ...]}``.
+
+    Uses prometheus-client's parser; raises ValueError on text that is not
+    Prometheus exposition format.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Samples = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    except Exception as exc:  # the parser raises bare ValueError/IndexError/etc.
+        raise ValueError(f"not Prometheus text: {exc}") from None
+    return out
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def _gauge(samples: Samples, names: tuple[str, ...], how: str = "sum") -> float | None:
+    for name in names:
+        if name in samples:
+            values = _finite([v for _, v in samples[name]])
+            if not values:
+                return None
+            return max(values) if how == "max" else sum(values)
+    return None
+
+
+def _histogram(samples: Samples, names: tuple[str, ...]) -> Histogram | None:
+    for name in names:
+        if name + "_count" in samples and name + "_sum" in samples:
+            return Histogram(
+                sum=sum(v for _, v in samples[name + "_sum"]),
+                count=sum(v for _, v in samples[name + "_count"]),
+            )
+    return None
+
+
+def _sleeping(samples: Samples) -> bool | None:
+    series = samples.get("vllm:engine_sleep_state")
+    if not series:
+        return None
+    for labels, value in series:
+        if labels.get("sleep_state") == "awake":
+            return value == 0
+    return None
+
+
+def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMetrics:
+    """Parse one ``/metrics`` text into `ServerMetrics` (backend detected unless given)."""
+    samples = parse_samples(text)
+    name = backend or detect_backend(set(samples))
+    metrics = ServerMetrics(backend=name or "unknown", url=url, scraped_at=time.time())
+    start = _gauge(samples, ("process_start_time_seconds",), "max")
+    metrics.process_start_time = start
+    if name is None:
+        return metrics
+    b: Backend = BACKENDS[name]
+    metrics.requests_running = _gauge(samples, b.running)
+    metrics.requests_waiting = _gauge(samples, b.waiting)
+    metrics.kv_cache_usage = _gauge(samples, b.kv_usage, "max")
+    metrics.preemptions_total = _gauge(samples, b.preemptions)
+    metrics.retracted = _gauge(samples, b.retracted)
+    metrics.prefix_cache_hits = _gauge(samples, b.prefix_hits)
+    metrics.prefix_cache_queries = _gauge(samples, b.prefix_queries)
+    metrics.startup_s = _gauge(samples, b.startup_s, "max")
+    metrics.engine_sleeping = _sleeping(samples)
+    metrics.ttft = _histogram(samples, b.ttft)
+    metrics.queue_time = _histogram(samples, b.queue_time)
+    metrics.prefill_time = _histogram(samples, b.prefill_time)
+    metrics.decode_time = _histogram(samples, b.decode_time)
+    metrics.e2e = _histogram(samples, b.e2e)
+    models = {lab["model_name"] for series in samples.values() for lab, _ in series if "model_name" in lab}
+    metrics.model_names = sorted(models)
+    wanted = {n for group in (b.running, b.waiting, b.kv_usage, b.preemptions, b.retracted,
+                              b.prefix_hits, b.prefix_queries, b.startup_s, b.extra) for n in group}
+    for hist in (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e):
+        wanted |= {hist + "_sum", hist + "_count"}
+    for sample_name in sorted(wanted & samples.keys()):
+        for labels, value in samples[sample_name]:
+            key = sample_name + _label_text(labels)
+            metrics.samples[key] = value
+    return metrics
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def parse_ollama_ps(data: Any) -> list[LoadedModel]:
+    """Loaded models from an Ollama ``/api/ps`` answer; ValueError if it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        raise ValueError("not an Ollama /api/ps answer")
+    models = []
+    for item in data["models"]:
+        if not isinstance(item, dict):
+            continue
+        ctx_len = item.get("context_length")
+        models.append(
+            LoadedModel(
+                name=str(item.get("name") or item.get("model") or ""),
+                size_bytes=int(item.get("size") or 0),
+                size_vram_bytes=int(item.get("size_vram") or 0),
+                expires_at=str(item.get("expires_at") or ""),
+                context_length=int(ctx_len) if isinstance(ctx_len, int) else None,
+            )
+        )
+    return models
+
+
+def apply_llamacpp_slots(metrics: ServerMetrics, slots: Any) -> None:
+    """Fill slot counts from llama.cpp ``/slots`` (a list of slot objects)."""
+    if not isinstance(slots, list):
+        return
+    entries = [s for s in slots if isinstance(s, dict)]
+    metrics.slots_total = len(entries)
+    metrics.slots_busy = sum(1 for s in entries if s.get("is_processing"))
+    if metrics.requests_running is None:
+        metrics.requests_running = float(metrics.slots_busy)
+
+
+# -- fetching ---------------------------------------------------------------------------------------
+def fetch_text(ctx: Context, url_or_path: str) -> str | None:
+    """GET a text document: through the probe client for the endpoint's origin, plain otherwise.
+
+    The endpoint's credentials travel only to its own origin; an exporter on
+    another host or port (DCGM, a separate metrics port) is read without them.
+    """
+    if "://" not in url_or_path:
+        timing, text = ctx.client.get_text(url_or_path, root=True)
+        return text if timing.ok else None
+    target = ctx.target
+    parts, root = urlsplit(url_or_path), urlsplit(target.root_url) if target else None
+    same = root is not None and (parts.scheme, parts.hostname, parts.port) == (
+        root.scheme, root.hostname, root.port)
+    if same and not root.path.strip("/"):
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        timing, text = ctx.client.get_text(path, root=True)
+        return text if timing.ok else None
+    import httpx
+
+    try:
+        response = httpx.get(url_or_path, timeout=ctx.options.timeout_s, verify=not ctx.options.insecure)
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def _get_json(ctx: Context, path: str) -> Any | None:
+    timing, data = ctx.client.get_json(path, root=True)
+    return data if timing.ok else None
+
+
+def _scrape(ctx: Context, url: str, native: str | None) -> tuple[ServerMetrics | None, str]:
+    """One scrape; `native` selects the JSON APIs of Ollama / llama.cpp."""
+    if native == "ollama":
+        data = _get_json(ctx, "/api/ps")
+        try:
+            models = parse_ollama_ps(data)
+        except ValueError:
+            return None, "GET /api/ps gave no model list"
+        return ServerMetrics(backend="ollama", url="/api/ps", scraped_at=time.time(), models=models), ""
+    text = fetch_text(ctx, url)
+    if text is None:
+        return None, f"GET {url} failed"
+    try:
+        metrics = normalize(text, url)
+    except ValueError as exc:
+        return None, f"{url}: {exc}"
+    if metrics.backend == "llamacpp":
+        apply_llamacpp_slots(metrics, _get_json(ctx, "/slots"))
+    return metrics, ""
+
+
+def _delta(before: ServerMetrics, after: ServerMetrics, our_requests: int) -> MetricsDelta:
+    delta = MetricsDelta(seconds=max(0.0, after.scraped_at - before.scraped_at), our_requests=our_requests)
+    for attr in ("ttft", "queue_time", "prefill_time", "decode_time", "e2e"):
+        a, b = getattr(before, attr), getattr(after, attr)
+        if a is None or b is None:
+            continue
+        if b.count < a.count or b.sum < a.sum:
+            delta.counter_reset = True
+            continue
+        d = Histogram(sum=b.sum - a.sum, count=b.count - a.count)
+        short = {"queue_time": "queue", "prefill_time": "prefill", "decode_time": "decode"}.get(attr, attr)
+        setattr(delta, f"{short}_ms", d.mean_ms)
+        if delta.requests is None and attr in ("ttft", "e2e", "queue_time"):
+            delta.requests = d.count
+    if before.preemptions_total is not None and after.preemptions_total is not None:
+        diff = after.preemptions_total - before.preemptions_total
+        delta.counter_reset |= diff < 0
+        delta.preemptions = diff if diff >= 0 else None
+    if before.process_start_time and after.process_start_time:
+        delta.counter_reset |= after.process_start_time > before.process_start_time
+    return delta
+
+
+def server_metrics(ctx: Context) -> ServerMetricsResult:
+    """Scrape backend metrics before and after the ``baseline`` probe."""
+    from llmdoctor.context import ProbeUnavailable
+
+    if ctx.target is None and not ctx.options.metrics_url:
+        raise ProbeUnavailable("no endpoint given")
+    url = ctx.options.metrics_url or "/metrics"
+    notes: list[str] = []
+    before, why = _scrape(ctx, url, None)
+    native: str | None = None
+    if before is None or before.backend == "unknown":
+        if why:
+            notes.append(why)
+        ollama, why_ollama = _scrape(ctx, url, "ollama")
+        if ollama is not None:
+            before, native, url = ollama, "ollama", "/api/ps"
+        elif before is None:
+            props = _get_json(ctx, "/props")
+            if isinstance(props, dict) and "total_slots" in props:
+                before = ServerMetrics(backend="llamacpp", url="/slots", scraped_at=time.time())
+                apply_llamacpp_slots(before, _get_json(ctx, "/slots"))
+                notes.append("llama.cpp without --metrics: read /props and /slots only")
+            else:
+                raise ProbeUnavailable(
+                    f"no backend metrics: {why}; not Ollama ({why_ollama}); pass --metrics-url "
+                    "(vLLM/TGI/SGLang serve /metrics; SGLang needs --enable-metrics, llama.cpp --metrics)"
+                )
+    assert before is not None
+    if ctx.peek("baseline") is not None:
+        notes.append("the baseline ran before the first scrape: no delta over our requests")
+        return ServerMetricsResult(before.backend, url, before, notes=notes)
+    baseline = ctx.optional("baseline")
+    after, why_after = _scrape(ctx, url, native)
+    if after is None:
+        notes.append(f"second scrape failed: {why_after}")
+        return ServerMetricsResult(before.backend, url, before, notes=notes)
+    ours = len(getattr(baseline, "samples", []) or []) + len(getattr(baseline, "warmup", []) or [])
+    result = ServerMetricsResult(before.backend, url, before, after, _delta(before, after, ours), notes)
+    if baseline is None:
+        notes.append("baseline unavailable: the delta holds no requests of ours")
+    return result
