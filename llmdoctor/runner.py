@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llmdoctor.check import Check, CheckSkipped
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.findings import Finding
-from llmdoctor.registry import LoadError
 
-__all__ = ["CheckOutcome", "Status", "run_checks"]
+__all__ = ["CheckOutcome", "Status", "run_one"]
 
 
 class Status:
@@ -69,22 +67,3 @@ def run_one(check: type[Check], ctx: Context) -> CheckOutcome:
             outcome.status = Status.FAILED
     outcome.duration_ms = (time.perf_counter() - started) * 1000
     return outcome
-
-
-def run_checks(
-    checks: Sequence[type[Check]],
-    ctx: Context,
-    *,
-    load_errors: Sequence[LoadError] = (),
-    on_check: Callable[[type[Check]], None] | None = None,
-) -> list[CheckOutcome]:
-    """Run `checks` in checklist order; plugins that failed to load come first as crashed."""
-    outcomes = [
-        CheckOutcome(err.name, err.name, "plugin failed to load", "endpoint", Status.CRASHED, reason=err.reason)
-        for err in load_errors
-    ]
-    for check in sorted(checks, key=lambda c: (c.order, c.id)):
-        if on_check is not None:
-            on_check(check)
-        outcomes.append(run_one(check, ctx))
-    return outcomes

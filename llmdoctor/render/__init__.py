@@ -1,1 +1,33 @@
 """Renderers: one plain function per output format; the report never renders itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmdoctor.report import Report
+
+__all__ = ["RENDERERS", "render"]
+
+
+def _json(report: Report) -> str:
+    from llmdoctor.render.json import render_json
+
+    return render_json(report)
+
+
+def _text(report: Report) -> str:
+    from llmdoctor.render.terminal import render_terminal
+
+    return render_terminal(report)
+
+
+# format name -> function(report) -> str
+RENDERERS: dict[str, Callable[[Report], str]] = {
+    "text": _text,
+    "json": _json,
+}
+
+
+def render(report: Report, fmt: str) -> str:
+    """Render `report` in format `fmt` (a key of `RENDERERS`)."""
+    return RENDERERS[fmt](report)

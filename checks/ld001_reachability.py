@@ -1,0 +1,171 @@
+"""LD001: can the doctor talk to the endpoint at all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.baseline import describe_failure
+from llmdoctor.probes.discovery import EndpointInfo
+from llmdoctor.probes.timing import ErrorKind, RequestTiming
+
+
+class Reachability(Check):
+    """Endpoint reachability: connection, TLS, authentication, path, model, a first generation.
+
+    ## What it checks
+    Sends ``GET /v1/models`` and one minimal streamed chat request ("Say ok.")
+    and classifies what goes wrong: connection refused, timeout, DNS failure,
+    TLS failure, 401/403, 404 on a wrong path (and whether the server root
+    serves ``/v1``), a requested model that is not served, a body that is not
+    OpenAI-shaped JSON (an HTML page from a proxy), a 5xx, a stream that stops
+    mid-way, or rate limiting.
+
+    ## Why it adds latency
+    Every other measurement depends on a working request. An endpoint that
+    fails or retries costs the application its full timeout on every call.
+
+    ## Example
+    ``llmdoctor check --endpoint http://localhost:8000/api`` on a vLLM server
+    reports *404 on /api/v1/models — did you mean http://localhost:8000/v1?*
+
+    ## Fix
+    Follow the finding's fix: start the server or correct host/port, use the
+    right scheme (http vs https), provide the API key (``--api-key-env NAME``),
+    correct the base URL or the model name.
+
+    ## Caveats
+    Servers without ``/v1/models`` are probed with ``--model`` alone. A 429
+    is reported as a warning, since it describes load, not breakage.
+    """
+
+    id = "LD001"
+    name = "endpoint-reachable"
+    title = "Endpoint reachability"
+    category = Category.ENDPOINT
+    requires = ("discovery",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        info: EndpointInfo = ctx.get("discovery")
+        models = info.models_timing
+        if not info.reachable:
+            yield _transport_failure(models, info.base_url, ctx.options.timeout_s)
+            return
+        if models.status in (401, 403):
+            yield _auth_failure(models)
+            return
+        if models.status == 404 and info.suggested_base_url:
+            yield Finding(
+                Severity.CRITICAL,
+                Confidence.HIGH,
+                "Wrong API path: /models not found",
+                f"GET {info.base_url}/models answered 404, but {info.suggested_base_url}/models answers. "
+                f"Did you mean {info.suggested_base_url}?",
+                Fix(f"Use --endpoint {info.suggested_base_url}", ("Point your client's base_url there too.",)),
+                evidence=(Evidence("status", 404, source="GET /models"),),
+            )
+            return
+        if info.models and info.model_served is False:
+            served = ", ".join(info.models[:10])
+            yield Finding(
+                Severity.CRITICAL,
+                Confidence.HIGH,
+                f"Model {info.model_requested!r} is not served",
+                f"The endpoint serves: {served}. Requests for {info.model_requested!r} will fail.",
+                Fix(f"Use one of the served models, e.g. --model {info.models[0]}", (
+                    "Check the model name in your application's config and the server's launch command.",
+                )),
+                evidence=(Evidence("served models", served, source="GET /models"),),
+            )
+            return
+        if models.ok and not info.models and info.model is None:
+            yield Finding(
+                Severity.CRITICAL,
+                Confidence.HIGH,
+                "No model is loaded",
+                "GET /models returned an empty list and no --model was given.",
+                Fix("Load a model on the server, or pass --model NAME."),
+            )
+            return
+        first: RequestTiming | None = ctx.optional("first_request")
+        if first is not None and not first.ok:
+            yield _generation_failure(first, info)
+
+
+def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Finding:
+    fixes = {
+        ErrorKind.REFUSED: ("Connection refused", "Nothing listens at that host and port.",
+                            Fix("Start the server or correct host/port in --endpoint.", (
+                                "Check the port the server printed at start-up.",
+                                "In a container, publish the port and bind the server to 0.0.0.0.",
+                            ))),
+        ErrorKind.DNS: ("Host name does not resolve", "DNS resolution of the endpoint host failed.",
+                        Fix("Correct the host name, or use the IP address.")),
+        ErrorKind.TLS: ("TLS handshake failed", "The TLS connection could not be established.",
+                        Fix("Use http:// for a plain-HTTP server; for a private CA pass --ca-bundle FILE "
+                            "(or --insecure to accept any certificate, for diagnosis only).")),
+        ErrorKind.CONNECT_TIMEOUT: ("Connection timed out", "The TCP connection was not accepted in time.",
+                                    Fix("Check host, port, firewalls and security groups.")),
+        ErrorKind.READ_TIMEOUT: ("No answer in time", f"The server accepted but did not answer within "
+                                 f"{timeout_s:g} s.", Fix("The server is hung or overloaded: check its logs "
+                                                          "and load; raise --timeout if it is just slow.")),
+    }
+    title, what, fix = fixes.get(t.error or "", ("Endpoint unreachable", "The request failed.",
+                                                Fix("Check the endpoint URL and that the server runs.")))
+    return Finding(
+        Severity.CRITICAL,
+        Confidence.HIGH,
+        title,
+        f"{what} ({base_url}: {describe_failure(t)})",
+        fix,
+        evidence=(Evidence("error", t.error, source="GET /models"),),
+    )
+
+
+def _auth_failure(t: RequestTiming) -> Finding:
+    return Finding(
+        Severity.CRITICAL,
+        Confidence.HIGH,
+        f"Authentication failed (HTTP {t.status})",
+        f"The endpoint rejected the credentials: {describe_failure(t)}",
+        Fix("Provide a valid API key.", (
+            "Export it in an environment variable and pass --api-key-env NAME (default OPENAI_API_KEY).",
+            "Or pass --header 'Authorization: Bearer ...' for other schemes.",
+        )),
+        evidence=(Evidence("status", t.status, source="GET /models"),),
+    )
+
+
+def _generation_failure(t: RequestTiming, info: EndpointInfo) -> Finding:
+    where = f"POST /chat/completions (model {info.model!r})"
+    if t.status == 429:
+        return Finding(
+            Severity.WARNING, Confidence.HIGH, "Rate limited (HTTP 429)",
+            f"The endpoint rejected the first request with 429: {describe_failure(t)}",
+            Fix("Wait and retry, raise your rate limit, or spread load over time.", (
+                "Honour Retry-After in your client.",
+            )),
+            evidence=(Evidence("status", 429, source=where),),
+        )
+    if t.error == ErrorKind.STREAM_CUT:
+        title = f"Stream stopped mid-way after {t.content_events + t.reasoning_events} tokens"
+        fix = Fix("Check the server and any proxy for crashes or idle timeouts on streamed responses.", (
+            "Proxies (nginx: proxy_read_timeout, proxy_buffering off) often cut long SSE streams.",
+        ))
+    elif t.status is not None and t.status >= 500:
+        title = f"Generation fails with HTTP {t.status}"
+        fix = Fix("Read the server logs around this request (pass them with --log).",
+                  ("A 503 right after start usually means the model is still loading.",))
+    elif t.error == ErrorKind.BAD_BODY:
+        title = "Not an OpenAI-compatible response"
+        fix = Fix("Point --endpoint at the OpenAI-compatible API (base URL ending in /v1), "
+                  "not at a proxy, login page or web UI.")
+    else:
+        title = "The first generation request failed"
+        fix = Fix("Check the request the server rejected and the server logs.")
+    return Finding(
+        Severity.CRITICAL, Confidence.HIGH, title, f"{where}: {describe_failure(t)}", fix,
+        evidence=(Evidence("error", t.error, source=where), Evidence("status", t.status, source=where)),
+    )

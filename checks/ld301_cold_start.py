@@ -1,0 +1,89 @@
+"""LD301: the first request pays a cold-start penalty."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.baseline import BaselineResult
+from llmdoctor.probes.timing import RequestTiming
+
+# The penalty must exceed this floor and the warm median itself to count.
+MIN_PENALTY_MS = 100.0
+WARNING_PENALTY_MS = 1000.0
+
+
+class ColdStart(Check):
+    """Cold start: the first request is much slower than warm ones.
+
+    ## What it checks
+    Compares the time to first token of the run's very first generation
+    request with the median of the warm "Say ok." samples, after removing the
+    connection set-up the first request paid (DNS, TCP, TLS). The difference
+    is the cold-start penalty: model load, runtime initialisation, kernel
+    compilation or caches filled on first use.
+
+    ## Why it adds latency
+    Every scale-from-zero, restart or keep-alive unload makes one user wait
+    seconds to tens of seconds before the first token.
+
+    ## Example
+    First request TTFT 1,560 ms vs warm median 360 ms → a 1,200 ms cold-start
+    penalty per cold start.
+
+    ## Fix
+    Keep instances warm: a minimum of one replica, keep-alive health checks
+    that run a real generation, and a warm-up request right after start-up
+    before the instance receives traffic. Quantized weights (GGUF INT4/INT8,
+    AWQ, GPTQ) load faster; compile once and cache compiled kernels.
+
+    ## Caveats
+    A server that someone else already warmed shows no penalty: run the check
+    right after a restart to measure it. Fires only when the penalty exceeds
+    100 ms, the warm median itself, and three times the warm jitter.
+    """
+
+    id = "LD301"
+    name = "cold-start"
+    title = "Cold start on the first request"
+    category = Category.COLD_START
+    requires = ("first_request", "baseline")
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        first: RequestTiming = ctx.get("first_request")
+        base: BaselineResult = ctx.get("baseline")
+        warm_p50, warm_p90 = base.ttft_p50_ms, base.ttft_p90_ms
+        if first.ttft_ms is None or warm_p50 is None or warm_p90 is None:
+            return
+        first_ttft = first.ttft_ms - first.setup_ms
+        penalty = first_ttft - warm_p50
+        jitter = warm_p90 - warm_p50
+        if penalty < max(MIN_PENALTY_MS, warm_p50, 3 * jitter):
+            return
+        severity = Severity.WARNING if penalty >= WARNING_PENALTY_MS else Severity.INFO
+        confidence = Confidence.HIGH if len(base.ok_samples) >= 5 else Confidence.MEDIUM
+        yield Finding(
+            severity,
+            confidence,
+            f"Cold start: first request {penalty:,.0f} ms slower than warm",
+            f"The first request waited {first_ttft:,.0f} ms for its first token (connection set-up "
+            f"excluded); warm requests wait {warm_p50:,.0f} ms (median of {len(base.ok_samples)}).",
+            Fix(
+                "Keep the instance warm and warm it up before it takes traffic.",
+                (
+                    "Run at least one replica (no scale-to-zero) for latency-critical paths.",
+                    "Send a warm-up generation right after start-up, before the health check turns ready.",
+                    "Use quantized weights (GGUF INT4/INT8, AWQ, GPTQ) to cut load time.",
+                    "Raise keep-alive so idle models are not unloaded (Ollama: OLLAMA_KEEP_ALIVE).",
+                ),
+            ),
+            impact_ms=penalty,
+            impact_basis="extra time to first token, paid once per cold start",
+            evidence=(
+                Evidence("first request TTFT", round(first_ttft, 1), "ms", "first_request"),
+                Evidence("warm TTFT p50", round(warm_p50, 1), "ms", "baseline"),
+                Evidence("warm TTFT p90", round(warm_p90, 1), "ms", "baseline"),
+            ),
+        )

@@ -1,0 +1,113 @@
+"""LD701: the "Say ok." floor — the least latency the endpoint can give."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.baseline import BaselineResult
+
+WARNING_FLOOR_MS = 500.0
+CRITICAL_FLOOR_MS = 2000.0
+UNSTABLE_RATIO = 2.0
+UNSTABLE_MIN_SPREAD_MS = 200.0
+
+
+class BaselineFloor(Check):
+    """Baseline floor: latency of a minimal "Say ok." request, median and p90.
+
+    ## What it checks
+    After a warm-up, sends the minimal prompt "Say ok." several times (default
+    5, ``max_tokens`` 8, streamed) and reports the median and p90 of time to
+    first token and total. This is the floor every request pays, whatever it
+    asks for. It fires when the median total is above 500 ms (warning) or
+    2,000 ms (critical), or when the floor is unstable (p90 more than twice
+    the median and 200 ms above it).
+
+    ## Why it adds latency
+    LLM latency is flat: a two-token answer costs nearly as much as a twenty
+    token one, because of this fixed floor (queueing, scheduling,
+    tokenization, prefill, network). A high floor makes every interaction
+    feel slow; an unstable one points at queueing or contention.
+
+    ## Example
+    "Say ok." p50 total 850 ms, TTFT 800 ms: 94% of even the smallest request
+    is spent before the first token.
+
+    ## Fix
+    Stream responses so users see the first token; cache answers to frequent
+    queries; merge small requests; use a continuous-batching backend (vLLM,
+    TGI) and a smaller or quantized model for latency-critical paths; keep
+    instances warm. For an unstable floor, look at queue depth and GPU
+    contention (LD2xx).
+
+    ## Caveats
+    Measured from this machine, so it includes the network to the endpoint.
+    Hosted APIs typically have floors of a few hundred ms.
+    """
+
+    id = "LD701"
+    name = "baseline-floor"
+    title = 'Baseline "Say ok." floor'
+    category = Category.BASELINE
+    requires = ("baseline",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        base: BaselineResult = ctx.get("baseline")
+        p50, p90 = base.total_p50_ms, base.total_p90_ms
+        ttft50, ttft90 = base.ttft_p50_ms, base.ttft_p90_ms
+        if p50 is None or p90 is None:
+            return
+        n = len(base.ok_samples)
+        confidence = Confidence.HIGH if n >= 5 else Confidence.MEDIUM
+        evidence = (
+            Evidence("total p50", round(p50, 1), "ms", "baseline"),
+            Evidence("total p90", round(p90, 1), "ms", "baseline"),
+            Evidence("TTFT p50", None if ttft50 is None else round(ttft50, 1), "ms", "baseline"),
+            Evidence("TTFT p90", None if ttft90 is None else round(ttft90, 1), "ms", "baseline"),
+            Evidence("samples", n, "", "baseline"),
+        )
+        if p50 >= WARNING_FLOOR_MS:
+            severity = Severity.CRITICAL if p50 >= CRITICAL_FLOOR_MS else Severity.WARNING
+            share = f"; {ttft50 / p50:.0%} of it before the first token" if ttft50 else ""
+            yield Finding(
+                severity,
+                confidence,
+                f"High latency floor: even \"Say ok.\" takes {p50:,.0f} ms",
+                f"The minimal request takes {p50:,.0f} ms (p90 {p90:,.0f} ms, {n} samples){share}.",
+                Fix(
+                    "Lower the fixed cost per request, and hide what remains.",
+                    (
+                        "Always stream, so users see the first token instead of the whole answer.",
+                        "Cache answers to frequent queries (a semantic cache for paraphrases).",
+                        "Merge small requests, or delay non-urgent ones so the server can batch them.",
+                        "Use a continuous-batching backend (vLLM, TGI) and a smaller or quantized model "
+                        "for latency-critical paths.",
+                    ),
+                ),
+                impact_ms=p50,
+                impact_basis="paid by every request, however small",
+                evidence=evidence,
+            )
+        spread = p90 - p50
+        if p90 >= UNSTABLE_RATIO * p50 and spread >= UNSTABLE_MIN_SPREAD_MS:
+            yield Finding(
+                Severity.WARNING,
+                Confidence.MEDIUM if n >= 5 else Confidence.LOW,
+                f"Unstable floor: p90 {p90:,.0f} ms is {p90 / p50:.1f}× the median",
+                f"Identical minimal requests vary from {p50:,.0f} ms (p50) to {p90:,.0f} ms (p90): "
+                "requests are waiting for something (queue, batch slot, contended GPU).",
+                Fix(
+                    "Find what requests wait for.",
+                    (
+                        "Check queue depth and GPU utilisation (pass --metrics-url; see LD2xx checks).",
+                        "Lower the server's batch size (e.g. vLLM --max-num-seqs) if TTFT matters more than "
+                        "throughput; add replicas if the queue is long.",
+                    ),
+                ),
+                impact_ms=spread,
+                impact_basis="p90 minus p50 of identical requests",
+                evidence=evidence,
+            )

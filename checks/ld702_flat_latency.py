@@ -1,0 +1,95 @@
+"""LD702: flat latency — a fixed cost per request dominates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.context import Context
+from llmdoctor.findings import Evidence, Finding, Fix, Severity
+from llmdoctor.probes.baseline import SweepResult
+
+FIXED_SHARE_LIMIT = 0.5
+MIN_FIXED_MS = 100.0
+
+
+class FlatLatency(Check):
+    """Flat latency: how much of a request is a fixed cost, independent of its length.
+
+    ## What it checks
+    Sends the same prompt with growing ``max_tokens`` (default 1, 16, 64,
+    twice each, interleaved; ``ignore_eos`` where the server accepts it) and
+    fits ``total ≈ fixed + per_token × output_tokens``. Reports the fixed cost,
+    the cost per output token and the share of a typical request (default 64
+    output tokens, ``--typical-output-tokens``) that is fixed. Fires when the
+    fixed cost is at least 100 ms and half of a typical request.
+
+    ## Why it adds latency
+    The fixed cost (queueing, scheduling, tokenization, prefill, network) is
+    paid by every request whatever it asks for: asking for fewer tokens does
+    not make a request proportionally faster. It is the "flat" in flat
+    latency.
+
+    ## Example
+    fixed 350 ms + 5 ms/token: a 64-token answer takes 670 ms, 52% of it fixed;
+    a 2-token answer still takes 360 ms.
+
+    ## Fix
+    Reduce what every request pays: stream, cache frequent answers, merge
+    small requests to amortise the floor, keep instances warm, use a
+    continuous-batching backend and a faster first token (compilation,
+    quantization, a smaller model for latency-critical paths).
+
+    ## Caveats
+    Servers that stop early and ignore ``ignore_eos`` may generate the same
+    length for every ``max_tokens``: the fit is then impossible and the check
+    is skipped with that reason. The fixed cost includes the sweep prompt's
+    prefill and the network round trip from this machine.
+    """
+
+    id = "LD702"
+    name = "flat-latency"
+    title = "Flat-latency fit: fixed vs per-token cost"
+    category = Category.BASELINE
+    requires = ("sweep",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        sweep: SweepResult = ctx.get("sweep")
+        fit = sweep.fit
+        if fit is None or sweep.distinct_lengths < 2:
+            raise CheckSkipped(
+                "every sweep request generated the same number of tokens "
+                "(the server ignores ignore_eos and stops early): fixed and per-token cost cannot be separated"
+            )
+        typical = ctx.options.typical_output_tokens
+        fixed = max(0.0, fit.fixed_ms)
+        share = fit.fixed_share(typical)
+        if fixed < MIN_FIXED_MS or share < FIXED_SHARE_LIMIT:
+            return
+        yield Finding(
+            Severity.WARNING,
+            fit.confidence(),
+            f"Flat latency: a fixed {fixed:,.0f} ms is {share:.0%} of a typical request",
+            f"Every request pays about {fixed:,.0f} ms whatever its length, plus {fit.per_token_ms:.1f} ms "
+            f"per output token: a {typical}-token answer takes ~{fit.predict(typical):,.0f} ms, "
+            f"a 2-token answer still ~{fit.predict(2):,.0f} ms.",
+            Fix(
+                "Cut or amortise the fixed cost per request.",
+                (
+                    "Stream responses so the fixed cost is not followed by waiting for the whole answer.",
+                    "Cache answers to frequent queries; merge small requests to amortise the floor.",
+                    "Keep instances warm; use a continuous-batching backend (vLLM, TGI) with PagedAttention.",
+                    "For a faster first token: compiled engines (TensorRT-LLM), quantization, or a smaller "
+                    "model on latency-critical paths.",
+                ),
+            ),
+            impact_ms=fixed,
+            impact_basis="fitted intercept of total latency vs output tokens",
+            evidence=(
+                Evidence("fixed cost", round(fixed, 1), "ms", "sweep fit"),
+                Evidence("per output token", round(fit.per_token_ms, 2), "ms", "sweep fit"),
+                Evidence("fit r²", round(fit.r2, 3), "", "sweep fit"),
+                Evidence("points", fit.points, "", "sweep"),
+                Evidence("ignore_eos honoured", sweep.ignore_eos, "", "sweep"),
+            ),
+        )

@@ -1,0 +1,5 @@
+"""`python -m llmdoctor`: the same as the `llmdoctor` command."""
+
+from llmdoctor.cli import main
+
+main()

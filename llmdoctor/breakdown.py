@@ -1,0 +1,71 @@
+"""The latency waterfall of a typical request, built from measurements already taken.
+
+It never sends a request: it reads the probes that ran (``ctx.peek``), so a
+run restricted with ``--select`` shows no breakdown rather than extra traffic.
+"""
+
+from __future__ import annotations
+
+from llmdoctor.context import Context
+from llmdoctor.probes.baseline import BaselineResult, SweepResult
+from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.report import Breakdown, Phase
+
+__all__ = ["build_breakdown", "waterfall"]
+
+
+def _gap(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return 0.0
+    return max(0.0, b - a)
+
+
+def waterfall(t: RequestTiming) -> list[Phase]:
+    """Split one request into consecutive phases that add up to its total."""
+    setup_end = t.setup_ms if not t.reused_connection else 0.0
+    sent = t.sent_ms if t.sent_ms is not None else setup_end
+    headers = t.ttfb_ms if t.ttfb_ms is not None else sent
+    first = t.ttft_ms if t.ttft_ms is not None else headers
+    last = t.token_times_ms[-1] if t.token_times_ms else first
+    total = t.total_ms if t.total_ms is not None else last
+    phases = [
+        Phase("connection set-up", setup_end, "DNS + TCP + TLS" if setup_end else "connection reused"),
+        Phase("send request", _gap(setup_end, sent)),
+        Phase("wait for headers", _gap(sent, headers), "queueing, scheduling (server)"),
+        Phase("wait for first token", _gap(headers, first), "prefill of the prompt (server)"),
+        Phase("decode", _gap(first, last), f"{t.output_tokens} tokens"),
+        Phase("end of stream", _gap(last, total), "final chunk, usage, [DONE]"),
+    ]
+    return phases
+
+
+def _median_sample(base: BaselineResult) -> RequestTiming | None:
+    ok = sorted((s for s in base.ok_samples if s.total_ms is not None), key=lambda s: s.total_ms or 0.0)
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
+def build_breakdown(ctx: Context) -> Breakdown | None:
+    """The breakdown of the median baseline request, or None without a baseline."""
+    base: BaselineResult | None = ctx.peek("baseline")
+    if base is None:
+        return None
+    typical = _median_sample(base)
+    if typical is None or typical.total_ms is None:
+        return None
+    first: RequestTiming | None = ctx.peek("first_request")
+    breakdown = Breakdown(
+        label=f'median "Say ok." request ({len(base.ok_samples)} samples, max_tokens {base.max_tokens})',
+        total_ms=typical.total_ms,
+        phases=waterfall(typical),
+        new_connection_ms=first.setup_ms if first is not None and not first.reused_connection else None,
+        ttft_p50_ms=base.ttft_p50_ms,
+        ttft_p90_ms=base.ttft_p90_ms,
+        total_p50_ms=base.total_p50_ms,
+        total_p90_ms=base.total_p90_ms,
+    )
+    sweep: SweepResult | None = ctx.peek("sweep")
+    if sweep is not None and sweep.fit is not None and sweep.distinct_lengths >= 2:
+        breakdown.fixed_ms = sweep.fit.fixed_ms
+        breakdown.per_token_ms = sweep.fit.per_token_ms
+        breakdown.typical_output_tokens = ctx.options.typical_output_tokens
+    return breakdown

@@ -1,0 +1,85 @@
+"""One diagnosis, start to finish: context → checks → findings → ranked report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from llmdoctor.breakdown import build_breakdown
+from llmdoctor.check import Check
+from llmdoctor.context import Context
+from llmdoctor.registry import load_registry, select
+from llmdoctor.report import Report, rank
+from llmdoctor.runner import CheckOutcome, run_one
+from llmdoctor.target import Options, Target
+
+__all__ = ["diagnose", "Progress"]
+
+Progress = Callable[[str], None]
+
+
+def diagnose(
+    target: Target | None,
+    options: Options,
+    *,
+    selected: Sequence[str] = (),
+    ignored: Sequence[str] = (),
+    fail_on: str = "warning",
+    recorded: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> tuple[Report, Context]:
+    """Run the checklist against `target` (or on `recorded` measurements) and rank the findings.
+
+    Ctrl-C stops the run between checks and returns the partial report,
+    marked ``interrupted``.
+    """
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    registry = load_registry()
+    checks: list[type[Check]] = select(registry.checks, selected, ignored)
+
+    def on_probe(name: str, description: str) -> None:
+        if progress:
+            progress(f"probing {name}: {description}")
+
+    ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe)
+    outcomes: list[CheckOutcome] = [
+        CheckOutcome(e.name, e.name, "plugin failed to load", "endpoint", "crashed", reason=e.reason)
+        for e in registry.errors
+    ]
+    interrupted = False
+    try:
+        for check in checks:
+            if progress:
+                progress(f"{check.id} {check.title}")
+            outcomes.append(run_one(check, ctx))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        ctx.close()
+    findings = rank([f for o in outcomes for f in o.findings])
+    report = Report(
+        endpoint=target.base_url if target else "(recorded)",
+        model=_model(ctx, target),
+        started_at=started_at,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        requests_sent=ctx.requests_sent,
+        request_budget=options.max_requests,
+        findings=findings,
+        checks=outcomes,
+        probes=ctx.statuses(),
+        breakdown=build_breakdown(ctx),
+        fail_on=fail_on,
+        replayed=recorded is not None,
+        interrupted=interrupted,
+    )
+    return report, ctx
+
+
+def _model(ctx: Context, target: Target | None) -> str | None:
+    info = ctx.peek("discovery")
+    if info is not None and info.model:
+        return str(info.model)
+    return target.model if target else None

@@ -1,0 +1,74 @@
+"""Saved measurements: write them after a run, load them for an offline replay.
+
+A recording holds the probe results (never the API key or sensitive headers:
+the probe client redacts them, and the whole file passes through its redactor
+again before it is written) plus the options that shaped the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from llmdoctor import __version__
+from llmdoctor.context import Context
+from llmdoctor.report import Report
+from llmdoctor.serde import SerdeError, from_data, to_data
+from llmdoctor.target import Options, Target
+
+__all__ = ["FORMAT", "RecordingError", "recording_dict", "load_recording"]
+
+FORMAT = "llmdoctor-measurements"
+VERSION = 1
+
+
+class RecordingError(ValueError):
+    """The recording cannot be read (one-line message)."""
+
+
+def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
+    """The recording of a finished run, as plain JSON data."""
+    data = {
+        "format": FORMAT,
+        "version": VERSION,
+        "tool_version": __version__,
+        "recorded_at": report.started_at,
+        "endpoint": report.endpoint,
+        "model": report.model,
+        "options": to_data(ctx.options),
+        "measurements": ctx.measurements(),
+    }
+    redactor = getattr(ctx._client, "redactor", None)
+    return redactor.obj(data) if redactor is not None else data
+
+
+def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
+    """Target, options and measurements of a recording file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RecordingError(f"{path} is not a llmdoctor measurements file (saved with --save-measurements)")
+    if data.get("version") != VERSION:
+        raise RecordingError(f"{path} has recording version {data.get('version')!r}; this llmdoctor reads {VERSION}")
+    measurements = data.get("measurements")
+    if not isinstance(measurements, dict):
+        raise RecordingError(f"{path} has no measurements")
+    known = {f.name for f in dataclasses.fields(Options)}
+    raw_options = {k: v for k, v in (data.get("options") or {}).items() if k in known}
+    try:
+        options = from_data(Options, raw_options)
+    except SerdeError as exc:
+        raise RecordingError(f"{path}: bad options: {exc}") from None
+    endpoint = data.get("endpoint")
+    model = data.get("model")
+    target = Target(
+        base_url=endpoint if isinstance(endpoint, str) else "(recorded)",
+        model=model if isinstance(model, str) else None,
+    )
+    return target, options, measurements

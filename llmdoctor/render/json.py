@@ -1,0 +1,106 @@
+"""JSON rendering: the versioned contract for incident tooling.
+
+The layout is spelled out here field by field (not dumped from the
+dataclasses) so an internal rename cannot silently change the contract;
+``llmdoctor/schema/report.schema.json`` describes it and tests validate
+every produced report against it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llmdoctor import __version__
+from llmdoctor.findings import Evidence, Finding
+from llmdoctor.report import Report
+
+__all__ = ["report_to_dict", "render_json", "MASK"]
+
+MASK = "***"
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _evidence(e: Evidence) -> dict[str, Any]:
+    value = MASK if e.sensitive else e.value
+    if isinstance(value, float):
+        value = round(value, 3)
+    return {"label": e.label, "value": value, "unit": e.unit, "source": e.source}
+
+
+def _finding(f: Finding, rank: int) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "check_id": f.check_id,
+        "category": f.category,
+        "severity": f.severity.value,
+        "confidence": f.confidence.value,
+        "title": f.title,
+        "message": f.message,
+        "impact_ms": _round(f.impact_ms),
+        "impact_basis": f.impact_basis,
+        "evidence": [_evidence(e) for e in f.evidence],
+        "fix": {"summary": f.fix.summary, "steps": list(f.fix.steps)},
+        "docs": f.docs,
+    }
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as the JSON contract's plain dict."""
+    b = report.breakdown
+    breakdown = None
+    if b is not None:
+        breakdown = {
+            "label": b.label,
+            "total_ms": _round(b.total_ms),
+            "phases": [{"name": p.name, "ms": _round(p.ms), "note": p.note} for p in b.phases],
+            "new_connection_ms": _round(b.new_connection_ms),
+            "ttft_p50_ms": _round(b.ttft_p50_ms),
+            "ttft_p90_ms": _round(b.ttft_p90_ms),
+            "total_p50_ms": _round(b.total_p50_ms),
+            "total_p90_ms": _round(b.total_p90_ms),
+            "fixed_ms": _round(b.fixed_ms),
+            "per_token_ms": _round(b.per_token_ms, 3),
+            "typical_output_tokens": b.typical_output_tokens,
+        }
+    return {
+        "schema_version": report.schema_version,
+        "tool": {"name": "llmdoctor", "version": __version__},
+        "endpoint": report.endpoint,
+        "model": report.model,
+        "started_at": report.started_at,
+        "duration_ms": _round(report.duration_ms),
+        "status": report.status,
+        "exit_code": report.exit_code,
+        "fail_on": report.fail_on,
+        "replayed": report.replayed,
+        "interrupted": report.interrupted,
+        "requests": {"sent": report.requests_sent, "budget": report.request_budget},
+        "breakdown": breakdown,
+        "findings": [_finding(f, i + 1) for i, f in enumerate(report.findings)],
+        "checks": [
+            {
+                "check_id": o.check_id,
+                "name": o.name,
+                "title": o.title,
+                "category": o.category,
+                "status": o.status,
+                "reason": o.reason,
+                "findings": len(o.findings),
+                "duration_ms": _round(o.duration_ms),
+            }
+            for o in report.checks
+        ],
+        "probes": [
+            {"name": p.name, "available": p.available, "reason": p.reason, "duration_ms": _round(p.duration_ms)}
+            for p in report.probes
+        ],
+    }
+
+
+def render_json(report: Report) -> str:
+    """Pretty-printed JSON with a trailing newline."""
+    return json.dumps(report_to_dict(report), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,133 @@
+"""Terminal rendering with rich: the waterfall first, then the ranked diagnosis."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from llmdoctor import __version__
+from llmdoctor.findings import Finding, Severity
+from llmdoctor.render.json import MASK
+from llmdoctor.report import Breakdown, Report
+from llmdoctor.runner import Status
+
+__all__ = ["render_terminal", "print_terminal"]
+
+SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+STATUS_STYLE = {"ok": "bold green", "warning": "bold yellow", "critical": "bold red"}
+BAR_WIDTH = 32
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:,.1f} ms"
+
+
+def _breakdown(console: Console, b: Breakdown) -> None:
+    console.print(
+        Text.assemble(("Where the time of a request goes", "bold"), f" — {b.label}: ", (_ms(b.total_ms), "bold"))
+    )
+    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+    table.add_column(justify="left", min_width=22)
+    table.add_column(justify="right", min_width=10)
+    table.add_column(min_width=BAR_WIDTH)
+    table.add_column(style="dim")
+    longest = max((p.ms for p in b.phases), default=0.0) or 1.0
+    for phase in b.phases:
+        width = phase.ms / longest * BAR_WIDTH
+        bar = "█" * int(width) + ("▌" if width - int(width) >= 0.5 else "")
+        table.add_row(phase.name, _ms(phase.ms), Text(bar or "▏", style="magenta"), phase.note)
+    console.print(table)
+    line = (
+        f"  TTFT p50 {_ms(b.ttft_p50_ms)} / p90 {_ms(b.ttft_p90_ms)}"
+        f" · total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"
+    )
+    if b.new_connection_ms is not None:
+        line += f" · a new connection adds {_ms(b.new_connection_ms)}"
+    console.print(line, style="dim")
+    if b.fixed_ms is not None and b.per_token_ms is not None and b.typical_output_tokens:
+        n = b.typical_output_tokens
+        predicted = b.fixed_ms + b.per_token_ms * n
+        share = max(0.0, b.fixed_ms) / predicted if predicted > 0 else 0.0
+        console.print(
+            f"  Flat-latency fit: fixed {_ms(b.fixed_ms)} + {b.per_token_ms:.2f} ms/token → "
+            f"a {n}-token answer ≈ {_ms(predicted)} ({share:.0%} fixed)",
+            style="dim",
+        )
+
+
+def _finding(console: Console, rank: int, f: Finding) -> None:
+    head = Text.assemble(
+        f"{rank:>2}. ",
+        (f"{f.severity.value.upper():<8}", SEVERITY_STYLE[f.severity]),
+        (f" {f.check_id}  ", "bold"),
+        (f.title, "bold"),
+    )
+    console.print(head)
+    impact = f"impact ~{_ms(f.impact_ms)} ({f.impact_basis})" if f.impact_ms is not None else "impact not estimated"
+    console.print(f"      {escape(impact)} · confidence {f.confidence.value}", style="dim")
+    console.print(f"      {escape(f.message)}")
+    if f.evidence:
+        parts = []
+        for e in f.evidence:
+            value = MASK if e.sensitive else e.value
+            parts.append(f"{e.label} {value}{(' ' + e.unit) if e.unit and value is not None else ''}")
+        console.print("      Evidence: " + escape("; ".join(parts)), style="dim")
+    console.print(Text.assemble(("      Fix: ", "bold green"), f.fix.summary))
+    for step in f.fix.steps:
+        console.print(f"        - {escape(step)}")
+    console.print(f"      Docs: {escape(f.docs)}", style="dim")
+
+
+def print_terminal(report: Report, console: Console) -> None:
+    """Print the report on `console`."""
+    where = report.endpoint + (f" (model {report.model})" if report.model else "")
+    if report.replayed:
+        mode = "replayed measurements"
+    else:
+        mode = f"{report.requests_sent} requests sent (budget {report.request_budget})"
+    elapsed = f" · {mode} · {report.duration_ms / 1000:.1f} s"
+    console.print(Text.assemble(("llmdoctor ", "bold"), __version__, " — ", (where, "bold"), elapsed))
+    if report.interrupted:
+        console.print("Interrupted: partial report of what was measured so far.", style="bold yellow")
+    console.print()
+    if report.breakdown is not None:
+        _breakdown(console, report.breakdown)
+        console.print()
+    if report.findings:
+        console.print(Text(f"Diagnosis — {len(report.findings)} finding(s), most costly first", style="bold"))
+        for i, f in enumerate(report.findings, 1):
+            _finding(console, i, f)
+    else:
+        console.print(Text("Diagnosis — no findings: nothing in the checklist fired.", style="bold green"))
+    console.print()
+    counts: dict[str, int] = defaultdict(int)
+    for o in report.checks:
+        counts[o.status] += 1
+    console.print(
+        f"Checks: {counts[Status.FAILED]} with findings, {counts[Status.PASSED]} passed, "
+        f"{counts[Status.SKIPPED]} skipped, {counts[Status.CRASHED]} crashed"
+    )
+    skipped: dict[str, list[str]] = defaultdict(list)
+    for o in report.checks:
+        if o.status == Status.SKIPPED:
+            skipped[o.reason].append(o.check_id)
+    for reason, ids in skipped.items():
+        console.print(f"  skipped {', '.join(ids)}: {escape(reason)}", style="dim")
+    for o in report.checks:
+        if o.status == Status.CRASHED:
+            console.print(f"  crashed {o.check_id}: {escape(o.reason)}", style="red")
+    status = report.status
+    console.print(Text.assemble("Result: ", (status.upper(), STATUS_STYLE[status]), f" (exit {report.exit_code})"))
+
+
+def render_terminal(report: Report, *, color: bool = False, width: int = 110) -> str:
+    """The terminal report as a string (no colour unless asked)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=color, no_color=not color, width=width, highlight=False)
+    print_terminal(report, console)
+    return buffer.getvalue()

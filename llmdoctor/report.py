@@ -1,0 +1,113 @@
+"""The report model: what one run found, ranked. It never renders itself."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llmdoctor.context import ProbeStatus
+from llmdoctor.findings import Finding, Severity
+from llmdoctor.runner import CheckOutcome
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ExitCode",
+    "Phase",
+    "Breakdown",
+    "Report",
+    "rank",
+    "exit_code_for",
+]
+
+# Bump the major part when a field changes meaning or disappears; the minor part for additions.
+SCHEMA_VERSION = "1.0"
+
+
+class ExitCode:
+    """Monitoring-plugin convention (Nagios/Icinga/Sensu)."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass
+class Phase:
+    """One segment of the latency waterfall."""
+
+    name: str
+    ms: float
+    note: str = ""
+
+
+@dataclass
+class Breakdown:
+    """Where the time of one typical request goes."""
+
+    label: str
+    total_ms: float
+    phases: list[Phase] = field(default_factory=list)
+    new_connection_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    total_p50_ms: float | None = None
+    total_p90_ms: float | None = None
+    fixed_ms: float | None = None
+    per_token_ms: float | None = None
+    typical_output_tokens: int | None = None
+
+
+@dataclass
+class Report:
+    """The outcome of one `check` run."""
+
+    endpoint: str
+    model: str | None
+    started_at: str
+    duration_ms: float
+    requests_sent: int
+    request_budget: int
+    findings: list[Finding]
+    checks: list[CheckOutcome]
+    probes: list[ProbeStatus]
+    breakdown: Breakdown | None = None
+    fail_on: str = "warning"
+    replayed: bool = False
+    interrupted: bool = False
+    schema_version: str = SCHEMA_VERSION
+
+    @property
+    def worst(self) -> Severity | None:
+        """The most severe finding, if any."""
+        return min((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
+
+    @property
+    def exit_code(self) -> int:
+        """0 OK, 1 WARNING, 2 CRITICAL, as gated by `fail_on`."""
+        return exit_code_for(self.findings, self.fail_on)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``warning`` or ``critical`` (the worst finding that counts)."""
+        return {ExitCode.OK: "ok", ExitCode.WARNING: "warning", ExitCode.CRITICAL: "critical"}[self.exit_code]
+
+
+def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:
+    """Exit code for a set of findings; with ``fail_on="critical"`` warnings exit 0."""
+    severities = {f.severity for f in findings}
+    if Severity.CRITICAL in severities:
+        return ExitCode.CRITICAL
+    if Severity.WARNING in severities and fail_on == "warning":
+        return ExitCode.WARNING
+    return ExitCode.OK
+
+
+def rank(findings: Sequence[Finding]) -> list[Finding]:
+    """Deterministic order: severity, then impact weighted by confidence, then checklist order."""
+
+    def key(f: Finding) -> tuple[int, float, str, str]:
+        weighted = (f.impact_ms or 0.0) * f.confidence.weight
+        return (f.severity.rank, -weighted, f.check_id, f.title)
+
+    return sorted(findings, key=key)
