@@ -1,0 +1,81 @@
+"""Probe ``prefill``: what one prompt token costs before the first answer token.
+
+Two streamed chat requests with ``max_tokens=1``: a short prompt (~30 tokens)
+and a long one (~1,000 tokens of plain words, less when the context window is
+small). The difference of their times to first token over the difference of
+their prompt lengths is the prefill cost per prompt token, which the input and
+parameter checks multiply by the tokens a request spends.
+
+Each prompt starts with a fresh random nonce so a prefix cache cannot serve it.
+The probe runs only after the baseline succeeded, so a dead endpoint costs no
+extra requests.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.baseline import describe_failure
+
+__all__ = ["PrefillResult", "prefill"]
+
+SHORT_WORDS = 30
+LONG_WORDS = 1000
+_WORDS = (
+    "river stone garden window paper light music forest winter summer table simple yellow "
+    "orange market bridge silver planet letter number morning evening doctor teacher window "
+    "country village ocean mountain valley island harbor castle engine rocket signal pocket"
+).split()
+
+
+@dataclass
+class PrefillResult:
+    """Time to first token of a short and a long prompt, and the cost per prompt token."""
+
+    short_tokens: int
+    long_tokens: int
+    short_ttft_ms: float
+    long_ttft_ms: float
+    per_token_ms: float
+    tokens_source: str  # "usage" (server-reported prompt_tokens) or "estimate (words)"
+
+    @property
+    def reliable(self) -> bool:
+        """False when the long prompt was not measurably slower (noise dominates)."""
+        return self.long_ttft_ms > self.short_ttft_ms and self.per_token_ms > 0
+
+
+def _prompt(words: int, rng: random.Random) -> str:
+    nonce = f"{rng.getrandbits(64):016x}"
+    body = " ".join(rng.choice(_WORDS) for _ in range(max(1, words - 12)))
+    return f"[{nonce}] Ignore the following words and reply with ok. {body}"
+
+
+def prefill(ctx: Context) -> PrefillResult:
+    """Measure the prefill cost per prompt token with one short and one long prompt."""
+    if ctx.optional("baseline") is None:
+        raise ProbeUnavailable("no successful baseline request: not measuring prefill")
+    info = ctx.optional("discovery")
+    model = getattr(info, "model", None)
+    window = ctx.options.context_window or getattr(info, "context_window", None)
+    long_words = LONG_WORDS if not window else max(SHORT_WORDS * 4, min(LONG_WORDS, int(window * 0.5)))
+    rng = random.Random()
+    extra = {"model": model} if model else None
+    timings = []
+    for words in (SHORT_WORDS, long_words):
+        timing = ctx.client.chat(_prompt(words, rng), max_tokens=1, stream=True, extra=extra)
+        if not timing.ok or timing.ttft_ms is None:
+            raise ProbeUnavailable(f"prefill request ({words} words) failed: {describe_failure(timing)}")
+        timings.append(timing)
+    short, long = timings
+    if short.prompt_tokens and long.prompt_tokens and long.prompt_tokens > short.prompt_tokens:
+        short_tokens, long_tokens, source = short.prompt_tokens, long.prompt_tokens, "usage"
+    else:
+        # Common English words are about 1.3 tokens each with BPE vocabularies.
+        short_tokens, long_tokens = round(SHORT_WORDS * 1.3), round(long_words * 1.3)
+        source = "estimate (1.3 tokens a word)"
+    assert short.ttft_ms is not None and long.ttft_ms is not None
+    per_token = max(0.0, (long.ttft_ms - short.ttft_ms) / (long_tokens - short_tokens))
+    return PrefillResult(short_tokens, long_tokens, short.ttft_ms, long.ttft_ms, per_token, source)
