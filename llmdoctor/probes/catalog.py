@@ -106,6 +106,38 @@ PROBES: dict[str, ProbeSpec] = {
             "CPU, RAM, swap of this machine and the inference-server process",
             local=True,
         ),
+        ProbeSpec(
+            "requests",
+            "llmdoctor.probes.requests:read_requests",
+            "llmdoctor.probes.requests:RequestSet",
+            "the application's request bodies from --request files",
+            local=True,
+        ),
+        ProbeSpec(
+            "server_tokens",
+            "llmdoctor.probes.tokens:server_tokens",
+            "llmdoctor.probes.tokens:ServerTokens",
+            "prompt tokens of a few of the requests from the server's own /tokenize",
+        ),
+        ProbeSpec(
+            "context_window",
+            "llmdoctor.probes.tokens:context_window",
+            "llmdoctor.probes.tokens:ContextWindow",
+            "the model's context window (/v1/models max_model_len, llama.cpp /props n_ctx)",
+        ),
+        ProbeSpec(
+            "prompt_tokens",
+            "llmdoctor.probes.tokens:prompt_tokens",
+            "llmdoctor.probes.tokens:PromptTokens",
+            "prompt tokens of every request (server tokenizer, local tokenizer or estimate)",
+            local=True,
+        ),
+        ProbeSpec(
+            "prefill",
+            "llmdoctor.probes.prefill:prefill",
+            "llmdoctor.probes.prefill:PrefillResult",
+            "a short and a long prompt: prefill cost per prompt token",
+        ),
     )
 }
 
