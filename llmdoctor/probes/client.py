@@ -1,0 +1,855 @@
+"""The timed, budgeted HTTP client: every request llmdoctor sends to the endpoint goes through it.
+
+One `ProbeClient` per run. Each request
+
+- counts against a budget (`max_requests`); `BudgetExhausted` is raised *before* sending;
+- is timed phase by phase from its own start with ``time.perf_counter()``: TCP connect and
+  TLS handshake (httpcore trace events), request sent, response headers (TTFB), first token
+  and every token event of an SSE stream, end of body;
+- is bounded: a wall-clock deadline of `timeout_s` for the whole request (httpx's timeouts are
+  per read, so a server dripping one byte a second would otherwise never time out), a maximum
+  body size, a maximum SSE line length;
+- never raises for endpoint trouble: the outcome is a `RequestTiming` whose `error` is an
+  `ErrorKind` and whose `error_detail` has been through the `Redactor`, so the API key never
+  appears in it.
+
+Redirects are reported, never followed (the key would be sent to the new location). HTTP/1.1.
+Proxies from the environment are honoured, as the user's own application would.
+The client is meant for sequential use (one request at a time per thread).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+
+from llmdoctor import __version__
+from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
+from llmdoctor.probes.timing import ErrorKind, RequestTiming
+from llmdoctor.redact import Redactor, redact_headers
+from llmdoctor.target import Target
+
+__all__ = ["ProbeClient", "BudgetExhausted", "DEFAULT_MAX_BODY_BYTES", "USER_AGENT"]
+
+DEFAULT_MAX_BODY_BYTES = 16 << 20
+USER_AGENT = f"llmdoctor/{__version__}"
+TEXT_KEEP_CHARS = 200
+ERROR_BODY_READ_BYTES = 64 << 10
+# After ``data: [DONE]`` the server should end the body at once; wait this long for the end
+# (so the connection stays reusable) before giving up on it without an error.
+DONE_GRACE_S = 1.0
+
+# Server timing hints sent as response headers.
+# TGI (huggingface/text-generation-inference, router/src/server.rs, `generate`): x-total-time,
+# x-validation-time, x-queue-time, x-inference-time and x-time-per-token are
+# `Duration::as_millis()` integers (ms); x-compute-time is `as_secs_f64()` (seconds);
+# x-prompt-tokens, x-generated-tokens and x-compute-characters are counts. The streaming route
+# only sends x-compute-type and x-compute-characters. OpenAI sends `openai-processing-ms`.
+_HEADER_MS = {
+    "x-total-time": "tgi.total_ms",
+    "x-validation-time": "tgi.validation_ms",
+    "x-queue-time": "tgi.queue_ms",
+    "x-inference-time": "tgi.inference_ms",
+    "x-time-per-token": "tgi.time_per_token_ms",
+    "openai-processing-ms": "openai.processing_ms",
+}
+_HEADER_SECONDS = {"x-compute-time": "tgi.compute_ms"}
+_HEADER_COUNTS = {
+    "x-prompt-tokens": "tgi.prompt_tokens",
+    "x-generated-tokens": "tgi.generated_tokens",
+    "x-compute-characters": "tgi.compute_characters",
+}
+
+
+class BudgetExhausted(Exception):
+    """The run's request budget (``--max-requests``) is spent; nothing was sent."""
+
+
+class _Stop(Exception):
+    """Internal: stop reading a body with this error kind and detail."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+# ---------------------------------------------------------------------------------------------
+# Wall-clock deadline inside httpcore: every socket operation gets at most the time left.
+
+
+class _Deadline(threading.local):
+    """The perf_counter() instant the current request of this thread must end by (or None)."""
+
+    at: float | None = None
+
+    def cap(self, timeout: float | None, exc: type[Exception]) -> float | None:
+        if self.at is None:
+            return timeout
+        left = self.at - time.perf_counter()
+        if left <= 0:
+            raise exc("the request's wall-clock deadline has passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._deadline.cap(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._deadline.cap(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = self._deadline.cap(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, timeout), self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, inner: httpcore.NetworkBackend, deadline: _Deadline) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = self._deadline.cap(timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = self._deadline.cap(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options), self._deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _install_deadline(client: httpx.Client, deadline: _Deadline) -> bool:
+    """Wrap the network backend of every connection pool of `client`; False if not possible.
+
+    httpx has no public hook for this: it reaches `transport._pool._network_backend`, present
+    in httpcore 1.x (also for proxy pools). Without it the body loop still enforces the deadline
+    between chunks, but not while response headers drip.
+    """
+    transports = [client._transport, *client._mounts.values()]  # noqa: SLF001
+    ok = True
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None:
+            ok = ok and transport is None
+            continue
+        if not isinstance(backend, _DeadlineBackend):
+            pool._network_backend = _DeadlineBackend(backend, deadline)  # type: ignore[union-attr]
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _StreamState:
+    done: bool = False
+    valid: int = 0
+    malformed: int = 0
+    last_event_ms: float | None = None
+    content: list[str] = field(default_factory=list)
+    content_len: int = 0
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_len: int = 0
+
+    def keep(self, kind: str, piece: str) -> None:
+        if kind == "content" and self.content_len < TEXT_KEEP_CHARS:
+            self.content.append(piece)
+            self.content_len += len(piece)
+        elif kind == "reasoning" and self.reasoning_len < TEXT_KEEP_CHARS:
+            self.reasoning.append(piece)
+            self.reasoning_len += len(piece)
+
+    def text(self) -> str:
+        return "".join(self.content or self.reasoning)[:TEXT_KEEP_CHARS]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+_DNS_WORDS = ("name or service not known", "name resolution", "nodename nor servname",
+              "no address associated", "getaddrinfo")
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """Map an httpx/httpcore/OS exception to an `ErrorKind` and a one-line detail."""
+    chain = list(_chain(exc))
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectTimeout):
+        return ErrorKind.CONNECT_TIMEOUT, f"connect timed out: {msg}"
+    if isinstance(exc, httpx.WriteTimeout):
+        return ErrorKind.READ_TIMEOUT, f"sending the request timed out: {msg}"
+    if isinstance(exc, httpx.TimeoutException):
+        return ErrorKind.READ_TIMEOUT, f"read timed out: {msg}"
+    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in chain):
+        return ErrorKind.TLS, f"TLS error: {msg}"
+    if isinstance(exc, httpx.ConnectError):
+        if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
+            getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain
+        ):
+            return ErrorKind.REFUSED, f"connection refused: {msg}"
+        if any(isinstance(e, socket.gaierror) for e in chain) or any(s in msg.lower() for s in _DNS_WORDS):
+            return ErrorKind.DNS, f"name resolution failed: {msg}"
+        return ErrorKind.OTHER, f"connect failed: {msg}"
+    if isinstance(exc, httpx.ProtocolError | httpx.ReadError | httpx.WriteError):
+        return ErrorKind.PROTOCOL, f"{type(exc).__name__}: {msg}"
+    return ErrorKind.OTHER, f"{type(exc).__name__}: {msg}"
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _int(value: Any) -> int | None:
+    n = _num(value)
+    return int(n) if n is not None and n >= 0 else None
+
+
+def _header_timings(headers: httpx.Headers) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, key in _HEADER_MS.items():
+        if (v := _num(headers.get(name))) is not None:
+            out[key] = v
+    for name, key in _HEADER_SECONDS.items():
+        if (v := _num(headers.get(name))) is not None:
+            out[key] = v * 1000.0
+    for name, key in _HEADER_COUNTS.items():
+        if (v := _num(headers.get(name))) is not None:
+            out[key] = v
+    # W3C Server-Timing: "name;dur=12.3;desc=..., other;dur=4"
+    for entry in ",".join(headers.get_list("server-timing")).split(","):
+        name, *params = (p.strip() for p in entry.split(";"))
+        for p in params:
+            k, _, val = p.partition("=")
+            if name and k.strip().lower() == "dur" and (v := _num(val.strip('"'))) is not None:
+                out[f"server-timing.{name}"] = v
+    return out
+
+
+def _error_message(obj: Any) -> str | None:
+    """The message of an error body: OpenAI ``{"error": {"message"}}``, TGI ``{"error": "..."}``, ..."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        parts = [str(err[k]) for k in ("message", "type", "code") if err.get(k) not in (None, "")]
+        if parts:
+            return " / ".join(dict.fromkeys(parts))
+        return json.dumps(err)[:TEXT_KEEP_CHARS]
+    if isinstance(err, str) and err:
+        return err
+    for key in ("message", "detail", "msg"):
+        val = obj.get(key)
+        if isinstance(val, str) and val:
+            return val
+        if val:
+            return json.dumps(val)[:TEXT_KEEP_CHARS]
+    return None
+
+
+def _tokens_from_headers(timing: RequestTiming) -> None:
+    """Token counts from TGI headers when the body carried no usage."""
+    if timing.prompt_tokens is None and "tgi.prompt_tokens" in timing.server_timing:
+        timing.prompt_tokens = int(timing.server_timing["tgi.prompt_tokens"])
+    if timing.completion_tokens is None and "tgi.generated_tokens" in timing.server_timing:
+        timing.completion_tokens = int(timing.server_timing["tgi.generated_tokens"])
+
+
+def _snippet(data: bytes, redactor: Redactor) -> str:
+    """The body's first 200 characters, whitespace squeezed; redacted *before* the cut."""
+    return redactor.text(" ".join(data.decode("utf-8", errors="replace").split()))[:TEXT_KEEP_CHARS]
+
+
+class ProbeClient:
+    """Timed, budgeted, redacting HTTP client for one endpoint (a context manager).
+
+    `on_request` is called with every finished `RequestTiming`; `history` keeps them all.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        timeout_s: float,
+        max_requests: int,
+        insecure: bool = False,
+        ca_bundle: str | None = None,
+        on_request: Callable[[RequestTiming], None] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        trust_env: bool = True,
+    ) -> None:
+        self.target = target
+        self.timeout_s = float(timeout_s)
+        self.max_requests = int(max_requests)
+        self.max_body_bytes = int(max_body_bytes)
+        self.on_request = on_request
+        self.history: list[RequestTiming] = []
+        self._sent = 0
+        self._lock = threading.Lock()
+        self._deadline = _Deadline()
+
+        headers: dict[str, str] = {"User-Agent": USER_AGENT}
+        if target.api_key:
+            headers["Authorization"] = f"Bearer {target.api_key}"
+        for name, value in target.headers:
+            headers[name] = value
+        self.redactor = Redactor.for_request(target.api_key, list(headers.items()))
+
+        # The SSL context is built here, eagerly (loading CA certificates takes tens of ms),
+        # so that the cost is not billed to the first request's timings.
+        self._ssl_context = self._make_ssl_context(insecure, ca_bundle)
+        connect_s = min(self.timeout_s, 10.0)
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
+            follow_redirects=False,
+            verify=self._ssl_context,
+            http1=True,
+            http2=False,
+            trust_env=trust_env,
+        )
+        self.deadline_enforced = _install_deadline(self._client, self._deadline)
+        # Warm the request-building path (URL parsing, header encoding) without sending anything.
+        self._client.build_request("POST", self._url("/", False), content=b"{}")
+
+    @staticmethod
+    def _make_ssl_context(insecure: bool, ca_bundle: str | None) -> ssl.SSLContext:
+        if insecure:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        if ca_bundle:
+            try:
+                return ssl.create_default_context(cafile=ca_bundle)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"cannot load CA bundle {ca_bundle!r}: {exc}") from None
+        return httpx.create_ssl_context()
+
+    # -- context manager / lifecycle ------------------------------------------------------------
+
+    def __enter__(self) -> ProbeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
+
+    # -- budget ---------------------------------------------------------------------------------
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests started so far (every one counts, failed or not)."""
+        return self._sent
+
+    @property
+    def budget_left(self) -> int:
+        """Requests that may still be sent."""
+        return max(0, self.max_requests - self._sent)
+
+    # -- public requests ------------------------------------------------------------------------
+
+    def get_json(self, path: str, *, root: bool = False) -> tuple[RequestTiming, object | None]:
+        """GET a JSON document; `root` makes `path` relative to `target.root_url` (native APIs)."""
+        return self._request("GET", path, root=root, mode="json")
+
+    def get_text(self, path: str, *, root: bool = False) -> tuple[RequestTiming, str | None]:
+        """GET a text document (e.g. Prometheus ``/metrics``)."""
+        return self._request("GET", path, root=root, mode="text")
+
+    def get_json_url(self, url: str) -> tuple[RequestTiming, object | None]:
+        """GET a JSON document by absolute URL, which must be on the endpoint's own origin.
+
+        The credentials go only to the endpoint's scheme, host and port: another origin raises
+        ValueError (a programming error, not an endpoint problem).
+        """
+        origin = urlsplit(self.target.base_url)
+        other = urlsplit(url)
+        if (other.scheme, other.hostname, other.port) != (origin.scheme, origin.hostname, origin.port):
+            raise ValueError(f"refusing to send credentials to another origin: {url!r}")
+        return self._request("GET", url, mode="json", absolute=True)
+
+    def post_json(
+        self, path: str, body: object, *, root: bool = False
+    ) -> tuple[RequestTiming, object | None]:
+        """POST a JSON body and parse a JSON answer (native APIs such as ``/tokenize``)."""
+        return self._request("POST", path, root=root, mode="json", body=body)
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]] | str,
+        *,
+        max_tokens: int,
+        stream: bool = True,
+        extra: dict[str, Any] | None = None,
+    ) -> RequestTiming:
+        """POST ``/chat/completions``; a str is sent as one user message.
+
+        Keys of `extra` are merged into the body last; a None value removes a key.
+        """
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        body = self._generation_body({"messages": messages}, max_tokens, stream, extra)
+        mode = "sse" if stream else "completion"
+        timing, _ = self._request("POST", "/chat/completions", mode=mode, body=body)
+        return timing
+
+    def completion(
+        self, prompt: str, *, max_tokens: int, stream: bool = True, extra: dict[str, Any] | None = None
+    ) -> RequestTiming:
+        """POST ``/completions`` (legacy text completion); see `chat` for `extra`."""
+        body = self._generation_body({"prompt": prompt}, max_tokens, stream, extra)
+        timing, _ = self._request("POST", "/completions", mode="sse" if stream else "completion", body=body)
+        return timing
+
+    def _generation_body(
+        self, base: dict[str, Any], max_tokens: int, stream: bool, extra: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.target.model:
+            body["model"] = self.target.model
+        body.update(base)
+        body["max_tokens"] = max_tokens
+        body["stream"] = stream
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        for key, value in (extra or {}).items():
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+        return body
+
+    # -- the one place that sends -------------------------------------------------------------
+
+    def _url(self, path: str, root: bool) -> str:
+        base = self.target.root_url if root else self.target.base_url
+        return base.rstrip("/") + "/" + path.lstrip("/")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        mode: str,
+        root: bool = False,
+        body: object = None,
+        absolute: bool = False,
+    ) -> tuple[RequestTiming, Any]:
+        self._take_budget(method, path)
+        content = None if body is None else json.dumps(body).encode()
+        url = path if absolute else self._url(path, root)
+        timing, payload = self._attempt(method, url, mode, content)
+        if (
+            timing.error == ErrorKind.PROTOCOL
+            and timing.reused_connection
+            and timing.status is None
+            and self.budget_left > 0
+        ):
+            # A pooled keep-alive connection that the server closed while it was idle (the
+            # classic race when both sides use a ~5 s keep-alive): every HTTP client retries
+            # this once on a new connection. Both attempts stay in `history` and count.
+            self._take_budget(method, path)
+            timing, payload = self._attempt(method, url, mode, content)
+        return timing, payload
+
+    def _take_budget(self, method: str, path: str) -> None:
+        with self._lock:
+            if self._sent >= self.max_requests:
+                raise BudgetExhausted(f"request budget of {self.max_requests} spent; not sending {method} {path}")
+            self._sent += 1
+
+    def _attempt(self, method: str, url: str, mode: str, content: bytes | None) -> tuple[RequestTiming, Any]:
+        # The URL path as sent ("/v1/models"), without a query string that could hold a secret.
+        timing = RequestTiming(method=method, path=urlsplit(url).path, streamed=(mode == "sse"))
+        marks: dict[str, float] = {}
+
+        def trace(name: str, info: dict[str, Any]) -> None:
+            marks.setdefault(name, time.perf_counter())
+
+        extra_headers = {"Content-Type": "application/json"} if content is not None else {}
+        if mode == "sse":
+            extra_headers["Accept"] = "text/event-stream"
+        payload: Any = None
+        response: httpx.Response | None = None
+        t0 = 0.0
+        try:
+            request = self._client.build_request(
+                method, url, content=content, headers=extra_headers, extensions={"trace": trace}
+            )
+            timing.started_at = time.time()
+            t0 = time.perf_counter()
+            deadline = t0 + self.timeout_s
+            self._deadline.at = deadline
+            try:
+                response = self._client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                timing.error, timing.error_detail = _classify(exc)
+            else:
+                payload = self._handle_response(response, timing, t0, deadline, marks, mode)
+        except Exception as exc:  # never let endpoint trouble escape as an exception
+            timing.error = ErrorKind.OTHER
+            timing.error_detail = f"{type(exc).__name__}: {exc}"
+        finally:
+            end = time.perf_counter()
+            if response is not None:
+                try:
+                    response.close()
+                except Exception:  # closing a broken connection is not news
+                    pass
+            self._deadline.at = None
+            self._fill_phases(timing, marks, t0)
+            if timing.total_ms is None and t0:
+                timing.total_ms = _ms(end - t0)
+            timing.error_detail = self.redactor.text(timing.error_detail)[:500]
+            timing.text = self.redactor.text(timing.text)
+            self.history.append(timing)
+        if self.on_request is not None:
+            self.on_request(timing)
+        return timing, payload
+
+    @staticmethod
+    def _fill_phases(timing: RequestTiming, marks: dict[str, float], t0: float) -> None:
+        def span(prefix: str) -> float | None:
+            a, b = marks.get(prefix + ".started"), marks.get(prefix + ".complete")
+            return _ms(b - a) if a is not None and b is not None else None
+
+        timing.connect_ms = span("connection.connect_tcp")
+        timing.tls_ms = span("connection.start_tls")
+        if (t := marks.get("http11.send_request_body.complete")) is not None:
+            timing.sent_ms = _ms(t - t0)
+        headers_done = marks.get("http11.receive_response_headers.complete")
+        if timing.ttfb_ms is None and headers_done is not None:
+            timing.ttfb_ms = _ms(headers_done - t0)
+        timing.reused_connection = (
+            "connection.connect_tcp.started" not in marks and "http11.send_request_headers.started" in marks
+        )
+
+    # -- responses ------------------------------------------------------------------------------
+
+    def _handle_response(
+        self,
+        response: httpx.Response,
+        timing: RequestTiming,
+        t0: float,
+        deadline: float,
+        marks: dict[str, float],
+        mode: str,
+    ) -> Any:
+        now = time.perf_counter()
+        hdr_t = marks.get("http11.receive_response_headers.complete", now)
+        timing.ttfb_ms = _ms(hdr_t - t0)
+        timing.status = response.status_code
+        timing.http_version = response.http_version
+        timing.response_headers = self.redactor.obj(redact_headers(response.headers))
+        timing.server_timing.update(_header_timings(response.headers))
+        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+
+        if 300 <= response.status_code < 400:
+            location = response.headers.get("location", "?")
+            timing.error = ErrorKind.HTTP_STATUS
+            timing.error_detail = (
+                f"HTTP {response.status_code} redirect to {location} (not followed: the API key is "
+                "never sent to another location; use the final URL)"
+            )
+            return None
+        if not 200 <= response.status_code < 300:
+            data, _ = self._read_all(response, deadline, limit=ERROR_BODY_READ_BYTES, truncate=True)
+            message = None
+            try:
+                message = _error_message(json.loads(data))
+            except ValueError:
+                pass
+            if message is None:
+                message = _snippet(data, self.redactor) or response.reason_phrase
+            timing.error = ErrorKind.HTTP_STATUS
+            # Redact before truncating, so a cut can never leave half a key behind.
+            timing.error_detail = self.redactor.text(f"HTTP {response.status_code}: {message}")[:300]
+            timing.total_ms = _ms(time.perf_counter() - t0)
+            return None
+
+        if mode == "sse" and ctype == "application/json":
+            # The server ignored stream=true and answered with one JSON document.
+            timing.streamed = False
+            mode = "completion"
+        if mode == "sse" and ctype == "text/html":
+            data, _ = self._read_all(response, deadline, limit=ERROR_BODY_READ_BYTES, truncate=True)
+            timing.error = ErrorKind.BAD_BODY
+            timing.error_detail = self.redactor.text(
+                f"expected an event stream, got {ctype} (a proxy or login page?): {_snippet(data, self.redactor)}"
+            )[:300]
+            timing.total_ms = _ms(time.perf_counter() - t0)
+            return None
+        if mode == "sse":
+            self._read_stream(response, timing, t0, deadline, ctype)
+            return None
+
+        data, problem = self._read_all(response, deadline, limit=self.max_body_bytes)
+        timing.total_ms = _ms(time.perf_counter() - t0)
+        timing.bytes_received = response.num_bytes_downloaded
+        if problem is not None:
+            timing.error, timing.error_detail = problem
+            return None
+        if mode == "text":
+            return data.decode(response.encoding or "utf-8", errors="replace")
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            timing.error = ErrorKind.BAD_BODY
+            timing.error_detail = self.redactor.text(
+                f"expected JSON, got {ctype or 'no content type'}: {_snippet(data, self.redactor)}"
+            )[:300]
+            return None
+        if mode == "completion":
+            self._apply_final(obj, timing)
+        return obj
+
+    def _chunks(self, response: httpx.Response, deadline: float, limit: int) -> Iterator[tuple[bytes, float]]:
+        """Body chunks with their arrival time; `_Stop` on the wall deadline or the size limit."""
+        total = 0
+        for data in response.iter_bytes():
+            now = time.perf_counter()
+            total += len(data)
+            if now > (self._deadline.at or deadline):  # the deadline may be shortened after [DONE]
+                raise _Stop(ErrorKind.READ_TIMEOUT, f"no complete response within {self.timeout_s:g} s")
+            if total > limit:
+                raise _Stop(ErrorKind.TOO_LARGE, f"response body larger than {limit} bytes")
+            yield data, now
+
+    def _read_all(
+        self, response: httpx.Response, deadline: float, *, limit: int, truncate: bool = False
+    ) -> tuple[bytes, tuple[str, str] | None]:
+        """Read a whole body; with `truncate`, stop quietly at `limit` (for error bodies)."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            for data, _ in self._chunks(response, deadline, limit if not truncate else 1 << 62):
+                parts.append(data)
+                size += len(data)
+                if truncate and size >= limit:
+                    break
+        except _Stop as stop:
+            return b"".join(parts), (stop.kind, stop.detail)
+        except httpx.HTTPError as exc:
+            kind, detail = _classify(exc)
+            return b"".join(parts), (kind, "while reading the body: " + detail)
+        return b"".join(parts)[: limit if truncate else None], None
+
+    def _read_stream(
+        self, response: httpx.Response, timing: RequestTiming, t0: float, deadline: float, ctype: str
+    ) -> None:
+        parser = SSEParser(dispatch_incomplete=True)
+        st = _StreamState()
+        problem: tuple[str, str] | None = None
+        grace_set = False
+        try:
+            for data, now in self._chunks(response, deadline, self.max_body_bytes):
+                now_ms = _ms(now - t0)
+                for event in parser.feed(data):
+                    self._on_event(event, now_ms, timing, st)
+                if st.done and not grace_set:
+                    # Wait briefly for the end of the body, which keeps the connection reusable.
+                    grace_set = True
+                    self._deadline.at = min(deadline, now + DONE_GRACE_S)
+            end = time.perf_counter()
+            for event in parser.close():
+                self._on_event(event, _ms(end - t0), timing, st)
+            timing.total_ms = _ms(end - t0)
+        except _Stop as stop:
+            problem = (stop.kind, stop.detail)
+        except SSEError as exc:
+            problem = (ErrorKind.TOO_LARGE, str(exc))
+        except httpx.HTTPError as exc:
+            kind, detail = _classify(exc)
+            if kind == ErrorKind.PROTOCOL:
+                kind = ErrorKind.STREAM_CUT
+            problem = (kind, "while streaming: " + detail)
+        timing.bytes_received = response.num_bytes_downloaded
+        timing.text = st.text()
+        finished = st.done or timing.finish_reason is not None
+
+        if problem is not None and finished and problem[0] in (ErrorKind.READ_TIMEOUT, ErrorKind.STREAM_CUT):
+            # The answer was complete; only the end of the body was late or missing.
+            timing.total_ms = st.last_event_ms
+            problem = None
+        if timing.error is not None:  # an error event in the stream
+            pass
+        elif problem is not None:
+            timing.error, timing.error_detail = problem
+        elif st.valid == 0 and st.malformed:
+            timing.error = ErrorKind.BAD_BODY
+            timing.error_detail = (
+                f"no valid JSON chunk in the event stream ({st.malformed} malformed; "
+                f"content type {ctype or 'none'})"
+            )
+        elif st.valid == 0 and not st.done:
+            timing.error = ErrorKind.STREAM_CUT if ctype == "text/event-stream" else ErrorKind.BAD_BODY
+            timing.error_detail = f"the stream ended before its first event (content type {ctype or 'none'})"
+        elif not finished:
+            timing.error = ErrorKind.STREAM_CUT
+            timing.error_detail = (
+                f"the stream ended after {st.valid} chunks without [DONE] or a finish_reason"
+            )
+        if timing.error is None and st.malformed:
+            timing.error_detail = f"{st.malformed} malformed data line(s) ignored"
+        if timing.total_ms is None:
+            timing.total_ms = _ms(time.perf_counter() - t0)
+        _tokens_from_headers(timing)
+
+    def _on_event(self, event: SSEEvent, now_ms: float, timing: RequestTiming, st: _StreamState) -> None:
+        data = event.data.strip()
+        if data == "[DONE]":
+            st.done = True
+            st.last_event_ms = now_ms
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            st.malformed += 1
+            return
+        if not isinstance(obj, dict):
+            st.malformed += 1
+            return
+        st.valid += 1
+        st.last_event_ms = now_ms
+        if obj.get("error") or event.event == "error":
+            if timing.error is None:
+                timing.error = ErrorKind.OTHER
+                message = _error_message(obj) or data[:TEXT_KEEP_CHARS]
+                timing.error_detail = self.redactor.text(f"error event in the stream: {message}")[:300]
+            return
+        choices = obj.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(first, dict):
+            choice = first
+            delta = choice.get("delta")
+            content: Any = None
+            reasoning: Any = None
+            if isinstance(delta, dict):
+                content = delta.get("content")
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            elif isinstance(choice.get("text"), str):
+                content = choice.get("text")
+            token = False
+            if isinstance(content, str) and content:
+                timing.content_events += 1
+                if timing.first_content_ms is None:
+                    timing.first_content_ms = now_ms
+                st.keep("content", content)
+                token = True
+            if isinstance(reasoning, str) and reasoning:
+                timing.reasoning_events += 1
+                if timing.first_reasoning_ms is None:
+                    timing.first_reasoning_ms = now_ms
+                st.keep("reasoning", reasoning)
+                token = True
+            if token:
+                timing.token_times_ms.append(now_ms)
+                if timing.ttft_ms is None:
+                    timing.ttft_ms = now_ms
+            if choice.get("finish_reason"):
+                timing.finish_reason = str(choice["finish_reason"])
+        self._apply_usage(obj, timing)
+
+    @staticmethod
+    def _apply_usage(obj: dict[str, Any], timing: RequestTiming) -> None:
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            if (n := _int(usage.get("prompt_tokens"))) is not None:
+                timing.prompt_tokens = n
+            if (n := _int(usage.get("completion_tokens"))) is not None:
+                timing.completion_tokens = n
+        timings = obj.get("timings")  # llama.cpp server
+        if isinstance(timings, dict):
+            for key, value in timings.items():
+                if (v := _num(value)) is not None and not isinstance(value, str):
+                    timing.server_timing[f"llamacpp.{key}"] = v
+
+    def _apply_final(self, obj: Any, timing: RequestTiming) -> None:
+        """Non-streamed completion: ttft_ms = total_ms, since nothing earlier is observable."""
+        if not isinstance(obj, dict):
+            timing.error = ErrorKind.BAD_BODY
+            timing.error_detail = "expected a JSON object"
+            return
+        if obj.get("error"):
+            timing.error = ErrorKind.OTHER
+            timing.error_detail = self.redactor.text(f"error in the response: {_error_message(obj)}")[:300]
+            return
+        choices = obj.get("choices")
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+            timing.error = ErrorKind.BAD_BODY
+            timing.error_detail = "no choices in the completion response"
+            return
+        choice = choices[0]
+        message = choice.get("message")
+        content: Any = choice.get("text")
+        reasoning: Any = None
+        if isinstance(message, dict):
+            content = message.get("content")
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+        text = content if isinstance(content, str) and content else reasoning
+        timing.text = text[:TEXT_KEEP_CHARS] if isinstance(text, str) else ""
+        if choice.get("finish_reason"):
+            timing.finish_reason = str(choice["finish_reason"])
+        self._apply_usage(obj, timing)
+        # Nothing before the end of the body is observable without streaming.
+        timing.ttft_ms = timing.total_ms
+        _tokens_from_headers(timing)

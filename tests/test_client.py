@@ -1,0 +1,531 @@
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import time
+
+import pytest
+
+from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ProbeClient
+from llmdoctor.probes.timing import ErrorKind, RequestTiming
+from llmdoctor.target import Target
+
+try:
+    from tests.rawserver import (
+        ScriptedServer,
+        chunk,
+        chunked_sse_response,
+        http_response,
+        play,
+        request_headers,
+        request_json,
+        request_line,
+        unused_port,
+    )
+except ImportError:  # pytest run from inside tests/ without the repository root on sys.path
+    from rawserver import (  # type: ignore[no-redef]
+        ScriptedServer,
+        chunk,
+        chunked_sse_response,
+        http_response,
+        play,
+        request_headers,
+        request_json,
+        request_line,
+        unused_port,
+    )
+
+CANARY = "sk-canary-Zq81xTTp4RwM"
+
+
+def content(text: str) -> dict:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+def reasoning(text: str, key: str = "reasoning_content") -> dict:
+    return {"choices": [{"index": 0, "delta": {key: text}, "finish_reason": None}]}
+
+
+def final(usage: dict | None = None, **extra) -> dict:
+    obj = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], **extra}
+    if usage is not None:
+        obj["usage"] = usage
+    return obj
+
+
+@pytest.fixture
+def servers():
+    made: list[ScriptedServer] = []
+
+    def make(handler, **kwargs) -> ScriptedServer:
+        srv = ScriptedServer(handler, **kwargs)
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.stop()
+
+
+def client_for(srv_or_url, *, timeout_s: float = 5.0, max_requests: int = 10, **kwargs) -> ProbeClient:
+    url = srv_or_url if isinstance(srv_or_url, str) else srv_or_url.url
+    target = Target(url + "/v1", model="m", api_key=CANARY)
+    return ProbeClient(target, timeout_s=timeout_s, max_requests=max_requests, **kwargs)
+
+
+def silence(conn: socket.socket, request: bytes) -> None:
+    """Accept, read the request, then say nothing until the client goes away."""
+    try:
+        conn.recv(1)
+    except OSError:
+        pass
+
+
+def assert_no_canary(timing: RequestTiming) -> None:
+    assert CANARY not in repr(timing)
+    assert CANARY not in timing.error_detail
+    assert CANARY not in json.dumps(timing.response_headers)
+
+
+# -- streaming timings -------------------------------------------------------------------------------
+
+
+def test_stream_timings_match_the_script(servers):
+    events = [content(f"t{i}") for i in range(6)] + [final({"prompt_tokens": 7, "completion_tokens": 6})]
+    steps = chunked_sse_response(events, [0.2, 0.05, 0.05, 0.05, 0.05, 0.05, 0.0])
+    srv = servers(play(steps))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=6)
+    print(f"\nttft={t.ttft_ms} itl={t.inter_token_ms} total={t.total_ms} ttfb={t.ttfb_ms} connect={t.connect_ms}")
+    assert t.ok, t
+    assert t.streamed and t.status == 200 and t.http_version == "HTTP/1.1"
+    assert t.ttfb_ms is not None and t.ttfb_ms < 40
+    assert t.ttft_ms == pytest.approx(200, abs=40)
+    assert t.first_content_ms == t.ttft_ms and t.first_reasoning_ms is None
+    assert len(t.token_times_ms) == 6 and t.content_events == 6
+    gaps = t.inter_token_ms
+    assert statistics.mean(gaps) == pytest.approx(50, abs=10)
+    assert all(20 < g < 90 for g in gaps), gaps
+    assert t.total_ms == pytest.approx(450, abs=40)
+    assert t.decode_ms == pytest.approx(250, abs=40)
+    assert t.prompt_tokens == 7 and t.completion_tokens == 6 and t.finish_reason == "stop"
+    assert t.text == "t0t1t2t3t4t5"
+    assert t.sent_ms is not None and t.sent_ms <= t.ttfb_ms
+    assert t.connect_ms is not None and not t.reused_connection
+    body = request_json(srv.requests[0])
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "m" and body["max_tokens"] == 6
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert request_line(srv.requests[0]) == "POST /v1/chat/completions HTTP/1.1"
+    headers = request_headers(srv.requests[0])
+    assert headers["authorization"] == f"Bearer {CANARY}"
+    assert headers["user-agent"] == USER_AGENT
+
+
+def test_reasoning_counted_separately_and_llamacpp_timings(servers):
+    timings = {"prompt_n": 5, "prompt_ms": 12.5, "prompt_per_token_ms": 2.5, "predicted_n": 4,
+               "predicted_ms": 40.0, "predicted_per_token_ms": 10.0, "predicted_per_second": 100.0}
+    events = [reasoning("think "), reasoning("more ", key="reasoning"), reasoning("done "), content("A"),
+              content("B"), final({"prompt_tokens": 5, "completion_tokens": 5}, timings=timings)]
+    srv = servers(play(chunked_sse_response(events, [0.05, 0.02, 0.02, 0.05, 0.02, 0.0])))
+    with client_for(srv) as c:
+        t = c.chat([{"role": "user", "content": "why?"}], max_tokens=8)
+    assert t.ok, t
+    assert t.reasoning_events == 3 and t.content_events == 2
+    assert len(t.token_times_ms) == 5
+    assert t.ttft_ms == t.first_reasoning_ms
+    assert t.first_content_ms is not None and t.first_content_ms - t.first_reasoning_ms >= 60
+    assert t.server_timing["llamacpp.prompt_ms"] == 12.5
+    assert t.server_timing["llamacpp.predicted_per_token_ms"] == 10.0
+    assert t.server_timing["llamacpp.prompt_n"] == 5
+    assert t.text == "AB"
+
+
+def test_completion_stream_text_and_crlf_http10_close_delimited(servers):
+    # HTTP/1.0 style: no length, no chunking, the body ends when the server closes; CR-only SSE.
+    def handler(conn, request):
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        for i in range(3):
+            time.sleep(0.02)
+            conn.sendall(b'data: {"choices":[{"text":"w%d","index":0}]}\r\r' % i)
+        conn.sendall(b'data: {"choices":[{"text":"","finish_reason":"length"}]}\r\rdata: [DONE]\r\r')
+        return False
+
+    srv = servers(handler)
+    with client_for(srv) as c:
+        t = c.completion("Once", max_tokens=3)
+    assert t.ok, t
+    assert t.content_events == 3 and t.text == "w0w1w2" and t.finish_reason == "length"
+    assert request_json(srv.requests[0])["prompt"] == "Once"
+    assert t.http_version == "HTTP/1.0"
+
+
+def test_one_byte_chunks_stream(servers):
+    payload = b"".join(
+        b"data: " + json.dumps(e).encode() + b"\r\n\r\n" for e in [content("x"), content("y"), final()]
+    ) + b"data: [DONE]\r\n\r\n"
+
+    def handler(conn, request):
+        conn.sendall(http_response(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+        for i in range(len(payload)):
+            conn.sendall(chunk(payload[i : i + 1]))
+        conn.sendall(chunk(b""))
+
+    srv = servers(handler)
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=2)
+    assert t.ok, t
+    assert t.content_events == 2 and t.text == "xy"
+
+
+# -- connection reuse and budget ------------------------------------------------------------------------
+
+
+def test_second_request_reuses_keepalive_connection(servers):
+    srv = servers(play([(0.0, http_response(200, body={"data": [{"id": "m"}]}))]), keep_alive=True)
+    with client_for(srv) as c:
+        t1, b1 = c.get_json("/models")
+        t2, b2 = c.get_json("/models")
+    assert t1.ok and t2.ok
+    assert b1 == b2 == {"data": [{"id": "m"}]}
+    assert not t1.reused_connection and t1.connect_ms is not None
+    assert t2.reused_connection and t2.connect_ms is None and t2.tls_ms is None
+    assert srv.connections == 1 and len(srv.requests) == 2
+    assert t1.path == "/v1/models"
+
+
+def test_stale_keepalive_connection_is_retried_once(servers):
+    per_conn: dict[int, int] = {}
+
+    def handler(conn, request):
+        n = per_conn[id(conn)] = per_conn.get(id(conn), 0) + 1
+        if n == 2:  # the server closed this idle connection just as the client reused it
+            conn.shutdown(socket.SHUT_RDWR)
+            return False
+        conn.sendall(http_response(200, body={"n": n}))
+
+    srv = servers(handler, keep_alive=True)
+    with client_for(srv, max_requests=5) as c:
+        t1, _ = c.get_json("/models")
+        t2, b2 = c.get_json("/models")
+    assert t1.ok and t2.ok and b2 == {"n": 1}
+    assert [t.error for t in c.history] == [None, ErrorKind.PROTOCOL, None]
+    assert c.history[1].reused_connection and not t2.reused_connection
+    assert c.requests_sent == 3 and srv.connections == 2
+
+
+def test_budget_exhausted_before_sending(servers):
+    srv = servers(play([(0.0, http_response(200, body={}))]), keep_alive=True)
+    seen: list[RequestTiming] = []
+    with client_for(srv, max_requests=3, on_request=seen.append) as c:
+        c.get_json("/models")
+        c.chat("x", max_tokens=1, stream=False)  # a failed request (bad body) counts too
+        c.get_text("/metrics", root=True)
+        assert c.requests_sent == 3 and c.budget_left == 0
+        with pytest.raises(BudgetExhausted):
+            c.get_json("/models")
+        with pytest.raises(BudgetExhausted):
+            c.chat("x", max_tokens=1)
+    time.sleep(0.05)
+    assert len(srv.requests) == 3
+    assert len(c.history) == 3 and seen == c.history
+    assert [t.path for t in c.history] == ["/v1/models", "/v1/chat/completions", "/metrics"]
+
+
+def test_failed_requests_count_against_budget():
+    with client_for(f"http://127.0.0.1:{unused_port()}", max_requests=1) as c:
+        t, _ = c.get_json("/models")
+        assert t.error == ErrorKind.REFUSED
+        with pytest.raises(BudgetExhausted):
+            c.get_json("/models")
+
+
+# -- failures -----------------------------------------------------------------------------------------
+
+
+def test_refused_port_quickly():
+    start = time.perf_counter()
+    with client_for(f"http://127.0.0.1:{unused_port()}") as c:
+        t = c.chat("hi", max_tokens=1)
+    assert time.perf_counter() - start < 1.0
+    assert t.error == ErrorKind.REFUSED and t.status is None
+    assert "refused" in t.error_detail
+    assert t.total_ms is not None
+
+
+def test_accept_then_silence_times_out(servers):
+    srv = servers(silence)
+    start = time.perf_counter()
+    with client_for(srv, timeout_s=1.0) as c:
+        t = c.chat("hi", max_tokens=1)
+    elapsed = time.perf_counter() - start
+    assert t.error == ErrorKind.READ_TIMEOUT, t
+    assert 0.9 < elapsed < 2.0
+    assert t.status is None and t.connect_ms is not None
+
+
+def _drip(prefix: bytes, byte: bytes):
+    def handler(conn, request):
+        conn.sendall(prefix)
+        while True:  # ends when the client (or stop()) closes the socket
+            time.sleep(0.2)
+            conn.sendall(byte)
+
+    return handler
+
+
+def test_drip_in_headers_hits_the_wall_deadline(servers):
+    # Each byte resets httpx's per-read timeout: only a wall-clock deadline stops this.
+    srv = servers(_drip(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a"))
+    start = time.perf_counter()
+    with client_for(srv, timeout_s=1.0) as c:
+        t = c.chat("hi", max_tokens=1)
+    elapsed = time.perf_counter() - start
+    assert t.error == ErrorKind.READ_TIMEOUT, t
+    assert elapsed < 2.0
+
+
+def test_drip_in_stream_body_hits_the_wall_deadline(servers):
+    head = http_response(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"})
+    first = chunk(b"data: " + json.dumps(content("a")).encode() + b"\n\n")
+    srv = servers(_drip(head + first, chunk(b":")))
+    start = time.perf_counter()
+    with client_for(srv, timeout_s=1.0) as c:
+        t = c.chat("hi", max_tokens=1)
+    elapsed = time.perf_counter() - start
+    assert t.error == ErrorKind.READ_TIMEOUT, t
+    assert elapsed < 2.0
+    assert t.status == 200 and t.ttft_ms is not None and t.content_events == 1
+
+
+def test_stream_cut_keeps_ttft(servers):
+    steps = chunked_sse_response([content("a"), content("b")], [0.1, 0.05], done=False, end=False)
+    srv = servers(play(steps, close=True))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=10)
+    assert t.error == ErrorKind.STREAM_CUT, t
+    assert t.status == 200
+    assert t.ttft_ms == pytest.approx(100, abs=40)
+    assert t.content_events == 2 and len(t.token_times_ms) == 2
+    assert t.total_ms is not None and t.total_ms >= t.token_times_ms[-1]
+
+
+def test_stream_ends_cleanly_without_done_or_finish_is_cut(servers):
+    srv = servers(play(chunked_sse_response([content("a")], 0.0, done=False)))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=10)
+    assert t.error == ErrorKind.STREAM_CUT
+    assert "without [DONE]" in t.error_detail
+
+
+def test_finish_reason_without_done_is_fine(servers):
+    srv = servers(play(chunked_sse_response([content("a"), final()], 0.0, done=False)))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=10)
+    assert t.ok, t
+
+
+def test_done_then_connection_held_open_is_not_an_error(servers):
+    head = http_response(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"})
+    body = chunk(b"data: " + json.dumps(content("a")).encode() + b"\n\ndata: [DONE]\n\n")
+    srv = servers(_drip(head + body, chunk(b": ping\n")))
+    start = time.perf_counter()
+    with client_for(srv, timeout_s=10.0) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.ok, t
+    assert time.perf_counter() - start < 2.0
+    assert t.total_ms is not None and t.total_ms < 100
+
+
+def test_http_401_openai_error_message(servers):
+    body = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                      "code": "invalid_api_key"}}
+    srv = servers(play([(0.0, http_response(401, body=body))]))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.HTTP_STATUS and t.status == 401
+    assert "Incorrect API key provided" in t.error_detail
+    assert "401" in t.error_detail
+
+
+def test_http_500_plain_text_body(servers):
+    srv = servers(play([(0.0, http_response(500, {"Content-Type": "text/plain"}, "x" * 1000))]))
+    with client_for(srv) as c:
+        t, body = c.get_json("/models")
+    assert t.error == ErrorKind.HTTP_STATUS and t.status == 500 and body is None
+    assert len(t.error_detail) < 300
+
+
+def test_html_200_is_bad_body(servers):
+    html = "<html><body><h1>Sign in to Corporate Proxy</h1></body></html>"
+    srv = servers(play([(0.0, http_response(200, {"Content-Type": "text/html"}, html))]), keep_alive=True)
+    with client_for(srv) as c:
+        t, body = c.get_json("/models")
+        ts = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.BAD_BODY and t.status == 200 and body is None
+    assert "text/html" in t.error_detail and "Corporate Proxy" in t.error_detail
+    assert ts.error == ErrorKind.BAD_BODY and "text/html" in ts.error_detail
+
+
+def test_malformed_chunks_counted_and_skipped(servers):
+    events = ["{not json", content("a"), "[1, 2]", final()]
+    srv = servers(play(chunked_sse_response(events, 0.0)), keep_alive=True)
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.ok, t
+    assert t.content_events == 1 and "2 malformed" in t.error_detail
+
+
+def test_only_malformed_chunks_is_bad_body(servers):
+    srv = servers(play(chunked_sse_response(["nope", "still nope"], 0.0)))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.BAD_BODY
+
+
+def test_error_event_in_stream(servers):
+    events = [content("a"), {"error": {"message": "CUDA out of memory", "type": "server_error"}}]
+    srv = servers(play(chunked_sse_response(events, 0.0)))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=5)
+    assert t.error is not None and "CUDA out of memory" in t.error_detail
+    assert t.content_events == 1
+
+
+def test_too_large_body(servers):
+    srv = servers(play([(0.0, http_response(200, body={"data": "x" * 5000}))]))
+    with client_for(srv, max_body_bytes=1000) as c:
+        t, body = c.get_json("/models")
+    assert t.error == ErrorKind.TOO_LARGE and body is None
+
+
+def test_overlong_sse_line_is_too_large(servers):
+    head = http_response(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"})
+    srv = servers(_drip(head + chunk(b"data: " + b"x" * (1 << 20) + b"x"), chunk(b"x")))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.TOO_LARGE
+
+
+def test_redirect_not_followed(servers):
+    srv = servers(play([(0.0, http_response(302, {"Location": "http://elsewhere.example/v1/models"}))]),
+                  keep_alive=True)
+    with client_for(srv) as c:
+        t, body = c.get_json("/models")
+    time.sleep(0.05)
+    assert t.status == 302 and t.error == ErrorKind.HTTP_STATUS and body is None
+    assert "elsewhere.example" in t.error_detail and "not followed" in t.error_detail
+    assert len(srv.requests) == 1
+
+
+def test_protocol_garbage(servers):
+    srv = servers(play([(0.0, b"SSH-2.0-OpenSSH_9.6\r\n")], close=True))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.PROTOCOL and t.status is None
+
+
+# -- redaction ------------------------------------------------------------------------------------------
+
+
+def test_api_key_never_leaks_even_when_echoed(servers):
+    def echo(conn, request):
+        auth = request_headers(request)["authorization"]
+        path = request_line(request).split()[1]
+        if path.endswith("/models"):
+            body = {"error": {"message": f"invalid key {auth} ({auth.split()[1]})"}}
+            conn.sendall(http_response(401, {"X-Echo": auth.split()[1]}, body))
+        elif path.endswith("/completions") and "chat" not in path:
+            conn.sendall(http_response(200, {"Content-Type": "text/html"}, "<p>" + "a" * 190 + auth + "</p>"))
+        else:
+            sse = chunked_sse_response([{"error": {"message": "quota exceeded for " + auth}}], 0.0)
+            play(sse)(conn, request)
+
+    srv = servers(echo, keep_alive=True)
+    with client_for(srv) as c:
+        t1, _ = c.get_json("/models")
+        t2 = c.completion("x", max_tokens=1)
+        t3 = c.chat("x", max_tokens=1)
+    assert t1.error == ErrorKind.HTTP_STATUS and "invalid key" in t1.error_detail
+    assert t2.error == ErrorKind.BAD_BODY
+    assert t3.error is not None and "quota exceeded" in t3.error_detail
+    for t in (t1, t2, t3):
+        assert_no_canary(t)
+        assert CANARY[:12] not in t.error_detail  # not even a truncated prefix
+    assert CANARY not in repr(c.history)
+
+
+def test_sensitive_response_headers_removed(servers):
+    srv = servers(play([(0.0, http_response(200, {"Set-Cookie": "session=abc123secret", "X-Queue-Time": "3"},
+                                             {"ok": True}))]))
+    with client_for(srv) as c:
+        t, _ = c.get_json("/models")
+    assert "abc123secret" not in repr(t)
+    assert t.response_headers["x-queue-time"] == "3"
+
+
+# -- non-streamed responses and server hints ------------------------------------------------------------
+
+
+def test_non_stream_chat_and_tgi_headers(servers):
+    headers = {"x-compute-type": "1-nvidia-a10g", "x-compute-time": "0.241", "x-compute-characters": "42",
+               "x-total-time": "241", "x-validation-time": "1", "x-queue-time": "17", "x-inference-time": "223",
+               "x-time-per-token": "22", "x-prompt-tokens": "9", "x-generated-tokens": "10",
+               "openai-processing-ms": "250"}
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there",
+                                                 "reasoning_content": "hmm"}, "finish_reason": "stop"}]}
+
+    def handler(conn, request):
+        time.sleep(0.1)
+        conn.sendall(http_response(200, headers, body))
+
+    srv = servers(handler)
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=10, stream=False, extra={"temperature": 0, "model": None})
+    assert t.ok, t
+    assert not t.streamed
+    assert t.ttft_ms == t.total_ms and t.total_ms == pytest.approx(100, abs=40)
+    assert t.token_times_ms == []
+    assert t.text == "Hello there" and t.finish_reason == "stop"
+    st = t.server_timing
+    assert st["tgi.queue_ms"] == 17 and st["tgi.inference_ms"] == 223 and st["tgi.time_per_token_ms"] == 22
+    assert st["tgi.total_ms"] == 241 and st["tgi.validation_ms"] == 1
+    assert st["tgi.compute_ms"] == pytest.approx(241)
+    assert st["tgi.compute_characters"] == 42 and st["openai.processing_ms"] == 250
+    assert t.prompt_tokens == 9 and t.completion_tokens == 10  # from the headers, no usage in the body
+    sent = request_json(srv.requests[0])
+    assert sent["stream"] is False and "stream_options" not in sent
+    assert sent["temperature"] == 0 and "model" not in sent
+
+
+def test_server_ignoring_stream_true_answers_json(servers):
+    body = {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    srv = servers(play([(0.0, http_response(200, body=body))]))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.ok, t
+    assert not t.streamed and t.text == "ok" and t.completion_tokens == 1
+    assert t.ttft_ms == t.total_ms
+
+
+def test_root_urls_text_and_post_json(servers):
+    def handler(conn, request):
+        path = request_line(request).split()[1]
+        if path == "/metrics":
+            conn.sendall(http_response(200, {"Content-Type": "text/plain; version=0.0.4"}, "vllm:num_requests 1\n"))
+        else:
+            conn.sendall(http_response(200, body={"path": path, "got": request_json(request)}))
+
+    srv = servers(handler, keep_alive=True)
+    with client_for(srv) as c:
+        t1, text = c.get_text("/metrics", root=True)
+        t2, obj = c.post_json("/tokenize", {"content": "hi"}, root=True)
+        t3, obj3 = c.get_json_url(srv.url + "/v1/models")
+        with pytest.raises(ValueError):
+            c.get_json_url("http://evil.example/v1/models")
+    assert t1.ok and text == "vllm:num_requests 1\n" and t1.path == "/metrics"
+    assert t2.ok and obj == {"path": "/tokenize", "got": {"content": "hi"}}
+    assert t3.ok and obj3["path"] == "/v1/models"
+    assert c.requests_sent == 3
