@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Backend", "BACKENDS", "detect_backend"]
+__all__ = ["Backend", "BACKENDS", "KNOBS", "detect_backend", "knob"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,47 @@ def detect_backend(sample_names: set[str]) -> str | None:
     }
     best = max(counts, key=lambda k: counts[k])
     return best if counts[best] else None
+
+
+# The backends' own knobs for each kind of server-side pressure (checked against their docs:
+# vLLM engine args, TGI launcher args, llama.cpp server README, SGLang server args, Ollama FAQ).
+KNOBS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "queue": "vLLM: raise --max-num-seqs (concurrent sequences per step) if the GPU has headroom, "
+        "or add replicas; --max-num-batched-tokens bounds how much prefill joins one step.",
+        "kv": "vLLM: give the KV cache more room with --gpu-memory-utilization (e.g. 0.90 -> 0.95), "
+        "--kv-cache-dtype fp8, a smaller --max-model-len, or fewer --max-num-seqs.",
+        "memory": "vLLM preallocates --gpu-memory-utilization of the GPU (0.9 by default) by design.",
+    },
+    "tgi": {
+        "queue": "TGI: raise --max-concurrent-requests / --max-batch-total-tokens if memory allows, "
+        "or add replicas.",
+        "kv": "TGI: --max-batch-total-tokens sets the KV budget; lower --max-input-tokens / --max-total-tokens.",
+        "memory": "TGI sizes its KV cache from free memory at start (--cuda-memory-fraction).",
+    },
+    "llamacpp": {
+        "queue": "llama.cpp: more slots with --parallel/-np N (each gets --ctx-size/N tokens), "
+        "or run another server instance.",
+        "kv": "llama.cpp: --ctx-size is shared by the --parallel slots; raise it or lower -np; "
+        "quantized KV (-ctk q8_0 -ctv q8_0) halves its memory.",
+        "memory": "llama.cpp: fewer GPU layers (-ngl) frees VRAM at the cost of speed.",
+    },
+    "sglang": {
+        "queue": "SGLang: raise --max-running-requests if memory allows, or add replicas (router dp).",
+        "kv": "SGLang: --mem-fraction-static sets the KV pool share of GPU memory; lower "
+        "--max-running-requests or --chunked-prefill-size to retract less.",
+        "memory": "SGLang preallocates --mem-fraction-static of GPU memory by design.",
+    },
+    "ollama": {
+        "queue": "Ollama: OLLAMA_NUM_PARALLEL sets requests served at once per model; extra ones queue "
+        "(OLLAMA_MAX_QUEUE).",
+        "kv": "Ollama: a smaller num_ctx shrinks the KV cache per request.",
+        "memory": "Ollama: OLLAMA_MAX_LOADED_MODELS=1 keeps one model in VRAM; num_gpu sets offloaded layers.",
+    },
+}
+
+
+def knob(backend: str | None, topic: str) -> tuple[str, ...]:
+    """The backend's own fix step for `topic`, as a 0- or 1-tuple."""
+    step = KNOBS.get(backend or "", {}).get(topic)
+    return (step,) if step else ()

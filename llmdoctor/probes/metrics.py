@@ -34,6 +34,7 @@ __all__ = [
     "normalize",
     "parse_ollama_ps",
     "parse_samples",
+    "parse_time",
     "server_metrics",
 ]
 
@@ -62,6 +63,11 @@ class LoadedModel:
     size_vram_bytes: int = 0
     expires_at: str = ""
     context_length: int | None = None
+
+    @property
+    def expires_unix(self) -> float | None:
+        """`expires_at` as a Unix time (None when absent or unparseable)."""
+        return parse_time(self.expires_at)
 
     @property
     def cpu_fraction(self) -> float:
@@ -139,11 +145,31 @@ class ServerMetricsResult:
         """The most recent scrape."""
         return self.after or self.before
 
+    def worst_sleeping(self) -> bool:
+        """True when either scrape saw the engine asleep."""
+        return any(s is not None and s.engine_sleeping for s in (self.before, self.after))
+
     def worst(self, attr: str) -> float | None:
         """The larger of a gauge over both scrapes (None when neither has it)."""
         values = [getattr(s, attr) for s in (self.before, self.after) if s is not None]
         present = [v for v in values if v is not None]
         return max(present) if present else None
+
+
+def parse_time(text: str) -> float | None:
+    """Parse an RFC 3339 time as Go writes it (up to 9 fraction digits) into Unix seconds."""
+    import datetime as dt
+    import re
+
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?", text.strip())
+    if not match:
+        return None
+    base, frac, zone = match.groups()
+    stamp = base + (f".{frac[:6].ljust(6, '0')}" if frac else "") + ("+00:00" if zone in (None, "Z") else zone)
+    try:
+        return dt.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 # -- parsing ---------------------------------------------------------------------------------------

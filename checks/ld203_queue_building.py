@@ -1,0 +1,107 @@
+"""LD203: requests queue at the server before they run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.backends import knob
+from llmdoctor.probes.metrics import ServerMetricsResult
+
+MIN_QUEUE_MS = 50.0
+QUEUE_SHARE = 0.2
+
+
+class QueueBuilding(Check):
+    """Queue building: requests wait at the server before they are scheduled.
+
+    ## What it checks
+    Two kinds of evidence from the backend's metrics: a queue deeper than
+    what runs (waiting > running: ``vllm:num_requests_waiting``,
+    ``tgi_queue_size``, ``sglang:num_queue_reqs``,
+    ``llamacpp:requests_deferred``), and the queue time of *our* requests,
+    from the queue-time histogram's delta between the scrapes taken before
+    and after the baseline (fires at 50 ms and 20% of TTFT or more).
+
+    ## Why it adds latency
+    A queued request pays the whole wait before its prefill starts: it adds
+    directly to TTFT, whatever the prompt or output length.
+
+    ## Example
+    `vllm:request_queue_time_seconds` grew by 4.2 s over 6 requests: 700 ms
+    queued per request, 64% of their 1,090 ms TTFT.
+
+    ## Fix
+    Add capacity (replicas, GPUs), spread load, raise the backend's
+    concurrency limit if the GPU has headroom (knob below), merge or delay
+    non-urgent requests so interactive ones do not wait behind them.
+
+    ## Caveats
+    Gauges are instantaneous: a burst can look like a queue. Other clients'
+    traffic during the run counts in the histogram delta (the evidence says
+    how many requests the server saw vs how many were ours).
+    """
+
+    id = "LD203"
+    name = "queue-building"
+    title = "Requests queue at the server"
+    category = Category.SERVER
+    requires = ("server_metrics",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        m: ServerMetricsResult = ctx.get("server_metrics")
+        waiting, running = m.worst("requests_waiting"), m.worst("requests_running")
+        d = m.delta
+        queue_ms = d.queue_ms if d else None
+        ttft_ms = d.ttft_ms if d and d.ttft_ms else None
+        if ttft_ms is None:
+            base = ctx.optional("baseline")
+            ttft_ms = base.ttft_p50_ms if base is not None else None
+        if waiting is None and queue_ms is None:
+            raise CheckSkipped(f"{m.backend} exports neither a queue gauge nor a queue-time histogram")
+        deep = waiting is not None and waiting >= 1 and waiting > (running or 0)
+        share = queue_ms / ttft_ms if queue_ms is not None and ttft_ms else None
+        slow = queue_ms is not None and queue_ms >= MIN_QUEUE_MS and (share is None or share >= QUEUE_SHARE)
+        if not (deep or slow):
+            return
+        evidence = [Evidence("backend", m.backend, "", m.url)]
+        if waiting is not None:
+            evidence.append(Evidence("requests waiting (max of 2 scrapes)", waiting, "", m.url))
+        if running is not None:
+            evidence.append(Evidence("requests running (max of 2 scrapes)", running, "", m.url))
+        if queue_ms is not None and d is not None:
+            evidence.append(Evidence("queue time per request", round(queue_ms, 1), "ms", m.url))
+            if d.requests is not None:
+                evidence.append(Evidence("requests seen / ours", f"{d.requests:.0f} / {d.our_requests}", "", m.url))
+        if share is not None:
+            evidence.append(Evidence("queue share of TTFT", round(100 * share, 1), "%", m.url))
+        if slow:
+            impact, basis, conf = queue_ms, "queue-time histogram delta over our requests", Confidence.HIGH
+            what = f"Our requests waited {queue_ms:,.0f} ms each in the server's queue"
+            what += f" ({share:.0%} of TTFT)." if share is not None else "."
+        else:
+            e2e = m.latest.e2e.mean_ms if m.latest.e2e else None
+            impact = waiting / max(running or 1, 1) * e2e if e2e and waiting else None
+            basis = ("queue depth x mean request latency since start (estimate)" if impact
+                     else "queue depth only; the backend exports no queue time")
+            conf = Confidence.MEDIUM if impact else Confidence.LOW
+            what = f"{waiting:.0f} requests were waiting while {running or 0:.0f} ran."
+        yield Finding(
+            Severity.WARNING,
+            conf,
+            f"Requests queue at the server ({m.backend})",
+            what + " Queue time adds straight to time to first token.",
+            Fix(
+                "Add serving capacity or raise the concurrency the server admits.",
+                (
+                    "Add replicas/GPUs or route part of the traffic elsewhere.",
+                    "Merge small requests or delay non-urgent ones so interactive requests do not queue.",
+                    *knob(m.backend, "queue"),
+                ),
+            ),
+            impact_ms=impact,
+            impact_basis=basis,
+            evidence=tuple(evidence),
+        )
