@@ -19,8 +19,9 @@ class NetworkShare(Check):
     """Network set-up share: DNS + TCP + TLS compared with the whole request.
 
     ## What it checks
-    Takes the connection set-up of the first request (name resolution, TCP
-    connect and TLS handshake, as timed by the probe client) and compares it
+    Takes the connection set-up of the run's first request, ``GET /v1/models``
+    on a new connection (name resolution, TCP connect and TLS handshake, as
+    timed by the probe client), and compares it
     with the median total of the warm "Say ok." requests.
 
     ## Why it adds latency
@@ -47,10 +48,10 @@ class NetworkShare(Check):
     name = "network-share"
     title = "Network set-up share of a request"
     category = Category.NETWORK
-    requires = ("first_request", "baseline")
+    requires = ("discovery", "baseline")
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        first: RequestTiming = ctx.get("first_request")
+        first: RequestTiming = ctx.get("discovery").models_timing
         base: BaselineResult = ctx.get("baseline")
         total = base.total_p50_ms
         connect, tls = first.connect_ms or 0.0, first.tls_ms or 0.0
@@ -62,11 +63,11 @@ class NetworkShare(Check):
             return
         severity = Severity.WARNING if share >= SHARE_LIMIT else Severity.INFO
         evidence = [
-            Evidence("TCP connect (incl. DNS)", round(connect, 1), "ms", "first_request"),
+            Evidence("TCP connect (incl. DNS)", round(connect, 1), "ms", "discovery"),
             Evidence("warm request total p50", round(total, 1), "ms", "baseline"),
         ]
         if first.tls_ms is not None:
-            evidence.insert(1, Evidence("TLS handshake", round(tls, 1), "ms", "first_request"))
+            evidence.insert(1, Evidence("TLS handshake", round(tls, 1), "ms", "discovery"))
         yield Finding(
             severity,
             Confidence.MEDIUM,

@@ -31,8 +31,8 @@ def waterfall(t: RequestTiming) -> list[Phase]:
     phases = [
         Phase("connection set-up", setup_end, "DNS + TCP + TLS" if setup_end else "connection reused"),
         Phase("send request", _gap(setup_end, sent)),
-        Phase("wait for headers", _gap(sent, headers), "queueing, scheduling (server)"),
-        Phase("wait for first token", _gap(headers, first), "prefill of the prompt (server)"),
+        Phase("wait for headers", _gap(sent, headers), "server accepts, routes, schedules"),
+        Phase("wait for first token", _gap(headers, first), "queue + prefill + first decode step"),
         Phase("decode", _gap(first, last), f"{t.output_tokens} tokens"),
         Phase("end of stream", _gap(last, total), "final chunk, usage, [DONE]"),
     ]
@@ -52,7 +52,8 @@ def build_breakdown(ctx: Context) -> Breakdown | None:
     typical = _median_sample(base)
     if typical is None or typical.total_ms is None:
         return None
-    first: RequestTiming | None = ctx.peek("first_request")
+    discovery = ctx.peek("discovery")
+    first: RequestTiming | None = discovery.models_timing if discovery is not None else None
     breakdown = Breakdown(
         label=f'median "Say ok." request ({len(base.ok_samples)} samples, max_tokens {base.max_tokens})',
         total_ms=typical.total_ms,

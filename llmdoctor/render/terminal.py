@@ -6,7 +6,7 @@ import io
 from collections import defaultdict
 
 from rich.console import Console
-from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -60,6 +60,11 @@ def _breakdown(console: Console, b: Breakdown) -> None:
         )
 
 
+def _indented(console: Console, text: str | Text, indent: int = 6, style: str = "") -> None:
+    body = text if isinstance(text, Text) else Text(text, style=style)
+    console.print(Padding(body, (0, 0, 0, indent)))
+
+
 def _finding(console: Console, rank: int, f: Finding) -> None:
     head = Text.assemble(
         f"{rank:>2}. ",
@@ -69,18 +74,18 @@ def _finding(console: Console, rank: int, f: Finding) -> None:
     )
     console.print(head)
     impact = f"impact ~{_ms(f.impact_ms)} ({f.impact_basis})" if f.impact_ms is not None else "impact not estimated"
-    console.print(f"      {escape(impact)} · confidence {f.confidence.value}", style="dim")
-    console.print(f"      {escape(f.message)}")
+    _indented(console, f"{impact} · confidence {f.confidence.value}", style="dim")
+    _indented(console, f.message)
     if f.evidence:
         parts = []
         for e in f.evidence:
             value = MASK if e.sensitive else e.value
             parts.append(f"{e.label} {value}{(' ' + e.unit) if e.unit and value is not None else ''}")
-        console.print("      Evidence: " + escape("; ".join(parts)), style="dim")
-    console.print(Text.assemble(("      Fix: ", "bold green"), f.fix.summary))
+        _indented(console, "Evidence: " + "; ".join(parts), style="dim")
+    _indented(console, Text.assemble(("Fix: ", "bold green"), f.fix.summary))
     for step in f.fix.steps:
-        console.print(f"        - {escape(step)}")
-    console.print(f"      Docs: {escape(f.docs)}", style="dim")
+        _indented(console, f"- {step}", indent=8)
+    _indented(console, f"Docs: {f.docs}", style="dim")
 
 
 def print_terminal(report: Report, console: Console) -> None:
@@ -117,10 +122,10 @@ def print_terminal(report: Report, console: Console) -> None:
         if o.status == Status.SKIPPED:
             skipped[o.reason].append(o.check_id)
     for reason, ids in skipped.items():
-        console.print(f"  skipped {', '.join(ids)}: {escape(reason)}", style="dim")
+        _indented(console, f"skipped {', '.join(ids)}: {reason}", indent=2, style="dim")
     for o in report.checks:
         if o.status == Status.CRASHED:
-            console.print(f"  crashed {o.check_id}: {escape(o.reason)}", style="red")
+            _indented(console, f"crashed {o.check_id}: {o.reason}", indent=2, style="red")
     status = report.status
     console.print(Text.assemble("Result: ", (status.upper(), STATUS_STYLE[status]), f" (exit {report.exit_code})"))
 

@@ -1,0 +1,29 @@
+"""Every fixture case of every check: recorded measurements in, exact outcome out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmdoctor.registry import load_registry
+from tests.checkcases import FIXTURES, assert_outcome, case_files, load_case, run_case
+
+REGISTRY = load_registry()
+CASES = case_files()
+
+
+def _case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def test_there_are_cases() -> None:
+    assert len(CASES) >= 10
+
+
+@pytest.mark.parametrize("path", CASES, ids=_case_id)
+def test_case(path: Path) -> None:
+    check = REGISTRY.by_id(path.parent.name)
+    assert check is not None, f"fixtures/{path.parent.name} names no registered check"
+    outcome = run_case(check, path)
+    assert_outcome(outcome, load_case(path)["expect"], where=str(path.relative_to(FIXTURES)))
