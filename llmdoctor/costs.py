@@ -1,0 +1,72 @@
+"""Measured per-token costs for the input and parameter checks' latency estimates.
+
+Checks multiply tokens by these: prefill (prompt) tokens by the ``prefill``
+probe's ms per prompt token, output tokens by the sweep fit's ms per output
+token. When a cost was not measured it is None and `basis` says so, so a
+finding states what its estimate rests on instead of inventing a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmdoctor.context import Context
+
+__all__ = ["TokenCosts", "token_costs", "percentile", "distribution"]
+
+
+@dataclass(frozen=True)
+class TokenCosts:
+    """Milliseconds per prompt token and per output token, with where each came from."""
+
+    prefill_ms: float | None
+    prefill_basis: str
+    decode_ms: float | None
+    decode_basis: str
+
+    def prefill(self, tokens: float) -> float | None:
+        """Estimated prefill time of `tokens` prompt tokens (None when not measured)."""
+        return None if self.prefill_ms is None else tokens * self.prefill_ms
+
+    def decode(self, tokens: float) -> float | None:
+        """Estimated decode time of `tokens` output tokens (None when not measured)."""
+        return None if self.decode_ms is None else tokens * self.decode_ms
+
+
+def token_costs(ctx: Context) -> TokenCosts:
+    """The run's measured per-token costs (never sends requests itself: probes do)."""
+    prefill = ctx.optional("prefill")
+    if prefill is not None and getattr(prefill, "reliable", False):
+        p_ms: float | None = prefill.per_token_ms
+        p_basis = f"measured prefill {prefill.per_token_ms:.3f} ms/prompt token (short vs long prompt TTFT)"
+    else:
+        p_ms, p_basis = None, "prefill cost per prompt token not measured (no endpoint, or the probe failed)"
+    sweep = ctx.optional("sweep")
+    fit = getattr(sweep, "fit", None)
+    if fit is not None and fit.per_token_ms > 0:
+        d_ms: float | None = fit.per_token_ms
+        d_basis = f"measured decode {fit.per_token_ms:.1f} ms/output token (output-length sweep fit)"
+    else:
+        d_ms, d_basis = None, "decode cost per output token not measured (no endpoint, or the sweep failed)"
+    return TokenCosts(p_ms, p_basis, d_ms, d_basis)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values` by nearest rank (values need not be sorted)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def distribution(values: Sequence[float], unit: str = "") -> str:
+    """"p50 X, p90 Y, max Z unit" for many values; the value itself for one."""
+    suffix = f" {unit}" if unit else ""
+    if len(values) == 1:
+        return f"{values[0]:,.0f}{suffix}"
+    return (
+        f"p50 {percentile(values, 0.5):,.0f}, p90 {percentile(values, 0.9):,.0f}, "
+        f"max {max(values):,.0f}{suffix} over {len(values)} requests"
+    )
