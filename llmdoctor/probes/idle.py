@@ -1,0 +1,59 @@
+"""The after-idle test (probe ``idle``, opt-in with ``--idle-test SECONDS``).
+
+After the baseline, wait the given seconds without sending anything, then send the same
+minimal "Say ok." request once and compare it with the warm median. Scale-to-zero, model
+unloading (Ollama's keep_alive, llama.cpp's sleep), idle connection timeouts and CPU/GPU
+power states all show up as an after-idle penalty.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmdoctor.probes.timing import RequestTiming
+
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
+
+__all__ = ["IdleResult", "idle_test"]
+
+
+@dataclass
+class IdleResult:
+    """One request after an idle wait, next to the warm baseline."""
+
+    idle_s: float
+    after_idle: RequestTiming
+    warm_ttft_p50_ms: float | None = None
+    warm_total_p50_ms: float | None = None
+
+    @property
+    def penalty_ms(self) -> float | None:
+        """Extra latency of the after-idle request over the warm median (TTFT, else total)."""
+        after = self.after_idle
+        if after.ttft_ms is not None and self.warm_ttft_p50_ms is not None:
+            return after.ttft_ms - self.warm_ttft_p50_ms
+        if after.total_ms is not None and self.warm_total_p50_ms is not None:
+            return after.total_ms - self.warm_total_p50_ms
+        return None
+
+
+def idle_test(ctx: Context) -> IdleResult:
+    """Wait `options.idle_test_s`, send one minimal request, compare with the warm baseline."""
+    from llmdoctor.context import ProbeUnavailable
+    from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
+
+    idle_s = float(ctx.options.idle_test_s)
+    if idle_s <= 0:
+        raise ProbeUnavailable("idle test is opt-in: --idle-test SECONDS")
+    base = ctx.get("baseline")
+    time.sleep(idle_s)
+    after = ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, stream=True, extra={"model": base.model})
+    return IdleResult(
+        idle_s=idle_s,
+        after_idle=after,
+        warm_ttft_p50_ms=base.ttft_p50_ms,
+        warm_total_p50_ms=base.total_p50_ms,
+    )
