@@ -138,6 +138,31 @@ PROBES: dict[str, ProbeSpec] = {
             "llmdoctor.probes.prefill:PrefillResult",
             "a short and a long prompt: prefill cost per prompt token",
         ),
+        ProbeSpec(
+            "transport",
+            "llmdoctor.probes.transport:probe",
+            "llmdoctor.probes.transport:TransportResult",
+            "TCP round trip, TLS handshake, keep-alive, HTTP/2 and proxies towards the endpoint",
+        ),
+        ProbeSpec(
+            "client_limits",
+            "llmdoctor.probes.client_limits:client_limits",
+            "llmdoctor.probes.client_limits:ClientLimits",
+            "this machine's open-file limit, ephemeral ports and sockets to the endpoint",
+            local=True,
+        ),
+        ProbeSpec(
+            "concurrency",
+            "llmdoctor.probes.client_limits:concurrency",
+            "llmdoctor.probes.client_limits:ConcurrencyResult",
+            "latency at 1 vs N parallel requests (opt-in: --concurrency N)",
+        ),
+        ProbeSpec(
+            "idle",
+            "llmdoctor.probes.idle:idle_test",
+            "llmdoctor.probes.idle:IdleResult",
+            "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
+        ),
     )
 }
 
