@@ -10,6 +10,8 @@ closes or the handler returns False).
     with ScriptedServer(play(chunked_sse_response([{"x": 1}], delay_s=0.05))) as srv:
         httpx.post(srv.url + "/v1/chat/completions", json={})
 
+With an `ssl_context` (e.g. from trustme) it speaks TLS; `url` is then ``https://``.
+
 `stop()` closes the listening socket and every client socket, so it never hangs on a handler
 that sleeps or drips forever (its next send fails and its thread ends).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -206,8 +209,16 @@ class ScriptedServer:
     `errors` the exceptions raised by handlers (a client that went away is normal).
     """
 
-    def __init__(self, handler: Handler, *, keep_alive: bool = False, read_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        keep_alive: bool = False,
+        read_timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.handler = handler
+        self.ssl_context = ssl_context
         self.keep_alive = keep_alive
         self.read_timeout_s = read_timeout_s
         self.connections = 0
@@ -223,7 +234,7 @@ class ScriptedServer:
         self._listener.listen(64)
         self._listener.settimeout(0.05)
         self.port: int = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
         self._acceptor = threading.Thread(target=self._accept_loop, name="scripted-accept", daemon=True)
         self._acceptor.start()
 
@@ -264,6 +275,11 @@ class ScriptedServer:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
+            if self.ssl_context is not None:  # handshake here, so a slow client blocks no one else
+                tls = self.ssl_context.wrap_socket(conn, server_side=True)
+                with self._lock:
+                    self._clients.append(tls)
+                conn = tls
             while not self._stopping.is_set():
                 request = read_request(conn)
                 if request is None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import statistics
 import time
 
@@ -56,6 +57,7 @@ def final(usage: dict | None = None, **extra) -> dict:
 
 @pytest.fixture
 def servers():
+    """Make scripted servers (see tests/rawserver.py); all are stopped at teardown."""
     made: list[ScriptedServer] = []
 
     def make(handler, **kwargs) -> ScriptedServer:
@@ -102,6 +104,7 @@ def test_stream_timings_match_the_script(servers):
     assert t.streamed and t.status == 200 and t.http_version == "HTTP/1.1"
     assert t.ttfb_ms is not None and t.ttfb_ms < 40
     assert t.ttft_ms == pytest.approx(200, abs=40)
+    assert t.ttft_ms - t.ttfb_ms == pytest.approx(200, abs=25)  # the server slept 200 ms after the headers
     assert t.first_content_ms == t.ttft_ms and t.first_reasoning_ms is None
     assert len(t.token_times_ms) == 6 and t.content_events == 6
     gaps = t.inter_token_ms
@@ -529,3 +532,59 @@ def test_root_urls_text_and_post_json(servers):
     assert t2.ok and obj == {"path": "/tokenize", "got": {"content": "hi"}}
     assert t3.ok and obj3["path"] == "/v1/models"
     assert c.requests_sent == 3
+
+
+# -- TLS and name resolution ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_ctx)
+    ca_path = tmp_path_factory.mktemp("tls") / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    return server_ctx, str(ca_path)
+
+
+def test_tls_handshake_timed_with_ca_bundle(servers, tls_files):
+    server_ctx, ca_path = tls_files
+    srv = servers(play([(0.0, http_response(200, body={"data": []}))]), keep_alive=True, ssl_context=server_ctx)
+    assert srv.url.startswith("https://")
+    with client_for(srv, ca_bundle=ca_path) as c:
+        t1, body = c.get_json("/models")
+        t2, _ = c.get_json("/models")
+    assert t1.ok, t1
+    assert body == {"data": []}
+    assert t1.tls_ms is not None and t1.tls_ms > 0 and t1.connect_ms is not None
+    assert t1.setup_ms == pytest.approx(t1.connect_ms + t1.tls_ms)
+    assert t2.ok and t2.reused_connection and t2.tls_ms is None
+
+
+def test_untrusted_certificate_is_tls_error_and_insecure_skips_check(servers, tls_files):
+    server_ctx, _ = tls_files
+    srv = servers(play([(0.0, http_response(200, body={}))]), ssl_context=server_ctx)
+    with client_for(srv) as c:
+        t, _ = c.get_json("/models")
+    assert t.error == ErrorKind.TLS, t
+    assert "certificate" in t.error_detail.lower()
+    with client_for(srv, insecure=True) as c:
+        t, _ = c.get_json("/models")
+    assert t.ok, t
+
+
+def test_bad_ca_bundle_path_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="CA bundle"):
+        ProbeClient(Target("https://127.0.0.1:1/v1"), timeout_s=1, max_requests=1, ca_bundle=str(tmp_path / "no.pem"))
+
+
+def test_name_resolution_failure_is_dns(monkeypatch):
+    def fail(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", fail)
+    with client_for("http://no-such-host.invalid:8000") as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.error == ErrorKind.DNS, t

@@ -13,6 +13,10 @@ One `ProbeClient` per run. Each request
   `ErrorKind` and whose `error_detail` has been through the `Redactor`, so the API key never
   appears in it.
 
+`connect_ms` is httpcore's ``connect_tcp`` span, which includes name resolution when the URL has a
+host name (DNS is measured separately by the dns probe). `ttft_ms` of a non-streamed request is its
+`total_ms`: nothing earlier is observable.
+
 Redirects are reported, never followed (the key would be sent to the new location). HTTP/1.1.
 Proxies from the environment are honoured, as the user's own application would.
 The client is meant for sequential use (one request at a time per thread).
