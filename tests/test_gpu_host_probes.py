@@ -1,0 +1,138 @@
+"""GPU probe on recorded NVML readings and on this machine's real NVML; host probe for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from llmdoctor.checks.ld201_gpu_saturation import GpuSaturation
+from llmdoctor.checks.ld202_gpu_memory import GpuMemoryFull
+from llmdoctor.checks.ld302_recent_restart import RecentRestart
+
+from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.gpu import GpuSnapshot, RecordedNvml, gpu, read_gpus
+from llmdoctor.probes.host import find_server_process, host
+from llmdoctor.runner import run_one
+from llmdoctor.serde import from_data, to_data
+from llmdoctor.target import Options
+
+NVML = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
+
+
+def recording(name: str) -> RecordedNvml:
+    return RecordedNvml(json.loads((NVML / name).read_text()))
+
+
+def _has_driver() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+def test_recorded_h100_under_load() -> None:
+    sleeps: list[float] = []
+    snap = read_gpus(recording("h100-under-load.json"), samples=5, interval_s=0.2, sleep=sleeps.append)
+    (g,) = snap.gpus
+    assert sleeps == [0.2] * 4 and len(g.util_samples) == 5
+    assert g.util_mean == pytest.approx(99.8) and g.util_min == 99
+    assert g.memory_fraction == pytest.approx(0.908, abs=0.001)
+    assert g.throttle_reasons == ["sw_power_cap"] and g.power_w == pytest.approx(688.512)
+    assert g.processes[0].pid == 41873 and g.ecc_uncorrected == 0 and snap.driver_version == "550.54.15"
+
+
+def test_recorded_readings_roundtrip_through_serde() -> None:
+    snap = read_gpus(recording("a100-idle.json"), sleep=lambda s: None)
+    back = from_data(GpuSnapshot, json.loads(json.dumps(to_data(snap))))
+    assert back.gpus[0].util_samples == [0.0, 3.0, 0.0, 12.0, 0.0] and back.gpus[0].throttle_reasons == ["gpu_idle"]
+
+
+@pytest.mark.skipif(_has_driver(), reason="this machine has an NVIDIA driver")
+def test_real_nvml_without_driver_is_unavailable_with_reason() -> None:
+    ctx = Context(target=None)
+    with pytest.raises(ProbeUnavailable, match="no NVIDIA driver: NVML Shared Library Not Found"):
+        gpu(ctx)
+
+
+@pytest.mark.skipif(_has_driver(), reason="this machine has an NVIDIA driver")
+def test_gpu_checks_skipped_once_with_both_reasons() -> None:
+    ctx = Context(target=None)
+    outcomes = [run_one(check, ctx) for check in (GpuSaturation, GpuMemoryFull)]
+    assert [o.status for o in outcomes] == ["skipped", "skipped"]
+    for o in outcomes:
+        assert "NVML Shared Library Not Found" in o.reason and "--gpu-metrics-url" in o.reason
+    assert [s.name for s in ctx.statuses()].count("gpu") == 1  # the probe ran once for both checks
+
+
+@pytest.mark.skipif(not _has_driver(), reason="no NVIDIA driver on this machine")
+def test_real_nvml_reads_every_gpu() -> None:
+    snap = gpu(Context(target=None))
+    assert snap.gpus and all(g.memory_total_bytes and len(g.util_samples) == 5 for g in snap.gpus)
+
+
+# -- host ------------------------------------------------------------------------------------------
+def test_host_probe_reads_this_machine() -> None:
+    result = host(Context(target=None))
+    assert result.cpu_count == psutil.cpu_count()
+    assert 0.0 <= result.cpu_percent <= 100.0 and len(result.per_cpu_percent) == result.cpu_count
+    assert result.mem_total_bytes == psutil.virtual_memory().total
+    assert 0 < result.mem_available_bytes <= result.mem_total_bytes
+
+
+@pytest.fixture
+def child():
+    procs = []
+
+    def start(*extra: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *extra])
+        procs.append(proc)
+        time.sleep(0.2)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_host_probe_with_pid_reads_the_process_and_masks_secrets(child) -> None:
+    proc = child("--api-key", "sk-secret-value", "--token=abc123")
+    result = host(Context(target=None, options=Options(pid=proc.pid)))
+    p = result.server_process
+    assert p is not None and p.pid == proc.pid and result.process_source == "pid"
+    assert p.rss_bytes and p.rss_bytes > 0 and p.threads and p.threads >= 1
+    assert p.uptime_s is not None and p.uptime_s < 30 and p.open_files is not None
+    assert "sk-secret-value" not in p.cmdline and "abc123" not in p.cmdline and "--api-key ***" in p.cmdline
+
+
+def test_server_found_by_name(child) -> None:
+    proc = child("-m", "llama_cpp.server")
+    found = find_server_process()
+    assert found is not None
+    ours = [p for p in psutil.process_iter(["cmdline"]) if "llama_cpp.server" in " ".join(p.info["cmdline"] or [])]
+    if len(ours) == 1:
+        assert found[0].pid == proc.pid and found[1] == "llama.cpp"
+
+
+def test_young_server_process_is_cold_start_evidence(child) -> None:
+    proc = child()
+    ctx = Context(target=None, options=Options(pid=proc.pid))
+    outcome = run_one(RecentRestart, ctx)
+    assert outcome.status == "failed"
+    assert f"process {proc.pid}" in outcome.findings[0].message
+
+
+def test_missing_pid_is_unavailable() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(ProbeUnavailable, match="no such process"):
+        host(Context(target=None, options=Options(pid=dead.pid)))
