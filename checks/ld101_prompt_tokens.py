@@ -26,8 +26,9 @@ class PromptTokenCount(Check):
     local tokenizer given with ``--tokenizer``, else characters / 4 with a
     stated band) and compares them with the context window (``/v1/models``
     ``max_model_len``, llama.cpp ``/props`` ``n_ctx`` or ``--context-window``).
-    Fires when a prompt (plus its ``max_tokens``) exceeds the window, fills more
-    than 80% of it, or takes more than half of it or 500 ms of prefill.
+    Fires when a prompt exceeds the window, fills more than 80% of it, or takes
+    more than half of it or 500 ms of prefill (prompt + ``max_tokens`` over the
+    window is LD601's).
 
     ## Why it adds latency
     The first token needs one forward pass over the whole prompt (prefill), so
@@ -78,13 +79,12 @@ class PromptTokenCount(Check):
         over: list[int] = []
         near: list[int] = []
         large: list[int] = []
-        for i, (info, count) in enumerate(zip(requests.requests, counted.counts)):
+        for i, count in enumerate(counted.counts):
             if not window:
                 if count.tokens >= LARGE_TOKENS:
                     large.append(i)
                 continue
-            answer = info.params.output_cap or 0
-            if count.tokens + answer > window:
+            if count.tokens > window:
                 over.append(i)
             elif count.tokens >= NEAR_SHARE * window:
                 near.append(i)
@@ -105,9 +105,9 @@ class PromptTokenCount(Check):
             worst = max(tokens[i] for i in over)
             yield Finding(
                 Severity.CRITICAL, confidence,
-                f"Prompt over the context window: {worst:,} tokens (+ max_tokens) > {window:,}",
-                f"{self._which(requests, over)}: prompt + max_tokens exceed the model's {window:,}-token "
-                "window; the server rejects such requests (HTTP 400) or truncates the prompt.",
+                f"Prompt over the context window: {worst:,} tokens > {window:,}",
+                f"{self._which(requests, over)}: the prompt exceeds the model's {window:,}-token window; "
+                "the server rejects such requests (HTTP 400) or truncates the prompt.",
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
             )
         if near:

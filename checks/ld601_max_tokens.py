@@ -20,9 +20,10 @@ class MaxTokens(Check):
 
     ## What it checks
     The ``max_tokens`` / ``max_completion_tokens`` of every ``--request`` body:
-    missing (the answer is bounded only by the context window), 1,024 or more
-    and 16 times the typical answer (``--typical-output-tokens``, 64 by
-    default), or half the context window or more.
+    prompt + max_tokens over the context window (rejected), missing (the
+    answer is bounded only by the window), 1,024 or more and 16 times the
+    typical answer (``--typical-output-tokens``, 64 by default), or half the
+    context window or more.
 
     ## Why it adds latency
     A run-away answer (a loop, a model that ignores "be brief") decodes until
@@ -45,7 +46,7 @@ class MaxTokens(Check):
 
     id = "LD601"
     name = "max-tokens"
-    title = "max_tokens vs the answer and the window"
+    title = "Answer cap (max_tokens) vs the answer and the window"
     category = Category.PARAMS
     requires = ("requests",)
 
@@ -61,6 +62,25 @@ class MaxTokens(Check):
         if window:
             limit = min(limit, int(window * WINDOW_SHARE))
         large = [r for r, c in zip(requests.requests, caps) if c is not None and c >= limit]
+        over = []
+        if window and counted is not None:
+            for r, c, n in zip(requests.requests, caps, counted.counts):
+                if c is not None and n.tokens <= window < n.tokens + c:
+                    over.append((r, n.tokens, c))
+        if over:
+            r, prompt, cap = max(over, key=lambda x: x[1] + x[2])
+            yield Finding(
+                Severity.CRITICAL, Confidence.HIGH if counted.method != "estimate" else Confidence.MEDIUM,
+                f"Prompt + max_tokens exceed the window: {prompt:,} + {cap:,} > {window:,} tokens",
+                f"{requests.describe([x[0] for x in over])}: vLLM and similar servers reject a request whose "
+                "prompt plus max_tokens does not fit the context window (HTTP 400); others cut the answer short.",
+                Fix("Lower max_tokens so prompt + max_tokens fits the window.",
+                    (f"Set max_tokens to at most {window - prompt:,} for this prompt, or shorten the prompt.",)),
+                impact_ms=None, impact_basis="the request fails: a retry costs a full round trip",
+                evidence=(Evidence("prompt tokens", prompt, "tokens", counted.detail),
+                          Evidence("max_tokens", cap, "tokens", r.source),
+                          Evidence("context window", window, "tokens", counted.window_source)),
+            )
         fix = Fix(
             "Cap the answer near the longest you expect.",
             ("Set max_tokens per call site from observed answer lengths (p99 plus a margin).",

@@ -39,7 +39,7 @@ class MultipleChoices(Check):
 
     id = "LD603"
     name = "multiple-choices"
-    title = "n / best_of above 1"
+    title = "Several sequences per request (n / best_of)"
     category = Category.PARAMS
     requires = ("requests",)
 

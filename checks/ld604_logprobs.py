@@ -43,7 +43,7 @@ class Logprobs(Check):
 
     id = "LD604"
     name = "logprobs"
-    title = "logprobs / top_logprobs requested"
+    title = "Log-probabilities requested (logprobs / top_logprobs)"
     category = Category.PARAMS
     requires = ("requests",)
 
