@@ -171,8 +171,9 @@ class _Engine:
         p = self.profile
         if now < self._warm_at:  # another request is loading the model: wait for it
             return self._warm_at - now
+        # Unloaded after idling: nothing else is running (this request is already counted).
         idle_unloaded = (
-            p.idle_unload_s is not None and self.running == 0 and now - self._last_done > p.idle_unload_s
+            p.idle_unload_s is not None and self.running <= 1 and now - self._last_done > p.idle_unload_s
         )
         if not self._loaded or idle_unloaded:
             self._loaded = True
@@ -378,6 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
     """Reads a request, dispatches it by (method, path) and writes the response."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # TCP_NODELAY: no 40 ms Nagle/delayed-ACK stalls between writes
     server_version = "llmdoctor-sim/0.1"
     server: _HTTPServer
 
@@ -813,6 +815,7 @@ class SimServer:
         self._ids = itertools.count(1)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._port: int | None = None
         self.started_wall = time.time()
         self._requests = 0
         self._by_path: dict[str, int] = {}
@@ -828,6 +831,7 @@ class SimServer:
         self._engine = _Engine(self.profile, self._stopping)
         self.started_wall = time.time()
         self._httpd = _HTTPServer((self.host, self._requested_port), self)
+        self._port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -859,10 +863,10 @@ class SimServer:
     # -- addresses ---------------------------------------------------------------------------
     @property
     def port(self) -> int:
-        """The bound TCP port (the chosen one when started with port=0)."""
-        if self._httpd is None:
-            raise RuntimeError("SimServer is not started")
-        return int(self._httpd.server_address[1])
+        """The bound TCP port (the chosen one when started with port=0); kept after stop()."""
+        if self._port is None:
+            raise RuntimeError("SimServer was never started")
+        return self._port
 
     @property
     def url(self) -> str:
