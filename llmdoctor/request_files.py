@@ -395,7 +395,7 @@ def normalise(body: dict[str, Any], source: str) -> RequestInfo:
                 content = raw.get("content")
                 last_user = content if isinstance(content, str) else ""
         system = [raw.get("content") for raw in body["messages"] if raw.get("role") in ("system", "developer")]
-        hint_text = " ".join(s for s in system if isinstance(s, str))[-2000:] + " " + last_user[-2000:]
+        hint_text = " ".join(s for s in system if isinstance(s, str))[-1000:] + " " + last_user[-600:]
     else:
         prompt = body["prompt"]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
@@ -403,6 +403,6 @@ def normalise(body: dict[str, Any], source: str) -> RequestInfo:
         elif isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             info.prompt_token_ids = max(len(p) for p in prompt)
         info.user_chars = info.prompt_chars
-        hint_text = prompt[-2000:] if isinstance(prompt, str) else ""
+        hint_text = prompt[-600:] if isinstance(prompt, str) else ""
     info.short_answer_hint = bool(_SHORT_ANSWER.search(hint_text))
     return info

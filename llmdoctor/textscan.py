@@ -92,23 +92,55 @@ _SIMPLE = (
 )
 
 
+_NON_ASCII_KINDS = frozenset({"zero_width", "bidi", "surrogate", "replacement", "mojibake"})
+_LINE_BREAKS = str.maketrans("", "", "\n\r\t")
+
+
+def _candidates(text: str) -> set[str]:
+    """Kinds that can occur in `text`, decided with fast C-level string tests.
+
+    Running every pattern over every text costs ~1 µs a kilobyte each; most prompts are
+    plain, so cheap tests (isascii, isprintable, substring search) rule kinds out first.
+    """
+    kinds: set[str] = set()
+    ascii_only = text.isascii()
+    if not ascii_only:
+        kinds |= _NON_ASCII_KINDS
+    if not text.translate(_LINE_BREAKS).isprintable():
+        kinds.add("control")
+        if ascii_only:
+            return kinds | {"whitespace_run", "repeated_run", "data_uri", "base64"}
+    if "    " in text or "\t" in text or "\n\n" in text or "\n " in text or not ascii_only:
+        kinds.add("whitespace_run")
+    if any(ch * 40 in text for ch in set(text) if not ch.isspace()):
+        kinds.add("repeated_run")
+    if len(text) >= 200 and any(len(word) >= 200 for word in text.split()):
+        kinds |= {"data_uri", "base64"}
+    elif "data:" in text:
+        kinds.add("data_uri")
+    return kinds
+
+
 def scan(text: str, where: str = "") -> list[OddRun]:
     """Odd content in `text`, one `OddRun` per kind found (empty for clean text)."""
     if len(text) < 32 and text.isascii() and text.isprintable():
         return []  # the common short, plain case: nothing here can match
+    possible = _candidates(text)
     runs: list[OddRun] = []
     for kind, pattern in _SIMPLE:
+        if kind not in possible:
+            continue
         matches = list(pattern.finditer(text))
         if matches:
             chars = sum(m.end() - m.start() for m in matches)
             runs.append(OddRun(kind, len(matches), chars, where, escape_sample(matches[0].group(0))))
-    if len(text) >= 200:
+    if "base64" in possible:
         stripped = _DATA_URI.sub("", text) if any(r.kind == "data_uri" for r in runs) else text
         matches = list(_BASE64.finditer(stripped))
         if matches:
             chars = sum(m.end() - m.start() for m in matches)
             runs.append(OddRun("base64", len(matches), chars, where, escape_sample(matches[0].group(0))))
-    if len(text) >= JSON_BLOB_MIN_CHARS:
+    if len(text) >= JSON_BLOB_MIN_CHARS and text.count('":') >= JSON_BLOB_MIN_KEYS:
         keys = list(_JSON_KEY.finditer(text))
         if len(keys) >= JSON_BLOB_MIN_KEYS:
             start, end = keys[0].start(), keys[-1].end()
