@@ -52,6 +52,9 @@ class Context:
     options: Options = field(default_factory=Options)
     probes: Mapping[str, ProbeSpec] = field(default_factory=lambda: PROBES)
     recorded: Mapping[str, Any] | None = None
+    # When replaying: also run local probes (files, this host) that were not recorded.
+    # Fixture cases want that; replaying someone's recording on another machine does not.
+    replay_local: bool = False
     on_probe: Callable[[str, str], None] | None = None
     client_factory: Callable[[], Any] | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
@@ -135,7 +138,7 @@ class Context:
         spec = self.probes.get(name)
         if spec is None:
             return _Slot(ProbeStatus(name, False, f"unknown probe {name!r}"))
-        if self.recorded is not None and not (spec.local and spec.name not in self.recorded):
+        if self.recorded is not None and not (spec.local and self.replay_local and spec.name not in self.recorded):
             return self._replay(spec)
         if self.on_probe:
             self.on_probe(name, spec.description)

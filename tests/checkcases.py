@@ -58,7 +58,7 @@ def run_case(check: type[Check], path: Path) -> CheckOutcome:
             raw[key] = tuple(value)
     options = dataclasses.replace(Options(), **raw)
     target = Target(base_url=case.get("endpoint", "http://127.0.0.1:9/v1"), model=case.get("model"))
-    ctx = Context(target=target, options=options, recorded=case.get("measurements", {}))
+    ctx = Context(target=target, options=options, recorded=case.get("measurements", {}), replay_local=True)
     return run_one(check, ctx)
 
 

@@ -6,7 +6,9 @@ stays cheap. A probe takes the `Context` and returns a serialisable
 dataclass, or raises `ProbeUnavailable` with a reason.
 
 ``local`` probes read only this machine (files, the OS, NVML), never the
-endpoint: they still run when replaying recorded measurements.
+endpoint: fixture cases run them even when replaying recorded measurements
+(``Context.replay_local``); ``llmdoctor replay`` does not, since the recording
+came from another machine or time.
 """
 
 from __future__ import annotations
@@ -162,6 +164,13 @@ PROBES: dict[str, ProbeSpec] = {
             "llmdoctor.probes.idle:idle_test",
             "llmdoctor.probes.idle:IdleResult",
             "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
+        ),
+        ProbeSpec(
+            "logs",
+            "llmdoctor.probes.logs:scan_logs",
+            "llmdoctor.logscan:LogScan",
+            "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
+            local=True,
         ),
     )
 }
