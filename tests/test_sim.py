@@ -317,6 +317,7 @@ def test_unauthorized_without_key() -> None:
         r = httpx.post(server.base_url + "/chat/completions", json=chat_body(max_tokens=1))
         assert r.status_code == 401
         assert r.json()["error"]["code"] == "invalid_api_key"
+        assert server.generation_requests == 1  # rejected requests count too
         r = httpx.get(server.base_url + "/models", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
         r = httpx.post(

@@ -89,11 +89,7 @@ class LatencyProfile:
 
     def expected_total_ms(self, prompt_tokens: int, output_tokens: int) -> float:
         """Latency the model predicts for a warm, unqueued request (without jitter)."""
-        return (
-            self.fixed_ms
-            + prompt_tokens * self.per_prompt_token_ms
-            + output_tokens * self.per_output_token_ms
-        )
+        return self.fixed_ms + prompt_tokens * self.per_prompt_token_ms + output_tokens * self.per_output_token_ms
 
 
 def _profile(name: str, description: str, **knobs: Any) -> LatencyProfile:
@@ -166,9 +162,7 @@ PROFILES: dict[str, LatencyProfile] = {
             **_HEALTHY,
             require_api_key="sim-secret",
         ),
-        _profile(
-            "server-error", "Every generation request fails with HTTP 500.", **_HEALTHY, fail_status=500
-        ),
+        _profile("server-error", "Every generation request fails with HTTP 500.", **_HEALTHY, fail_status=500),
         _profile(
             "demo",
             "The demo: a visibly flat 350 ms floor, a 1.2 s cold start, 5 ms per token.",

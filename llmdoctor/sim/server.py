@@ -172,9 +172,7 @@ class _Engine:
         if now < self._warm_at:  # another request is loading the model: wait for it
             return self._warm_at - now
         # Unloaded after idling: nothing else is running (this request is already counted).
-        idle_unloaded = (
-            p.idle_unload_s is not None and self.running <= 1 and now - self._last_done > p.idle_unload_s
-        )
+        idle_unloaded = p.idle_unload_s is not None and self.running <= 1 and now - self._last_done > p.idle_unload_s
         if not self._loaded or idle_unloaded:
             self._loaded = True
             self._warm_at = now + p.cold_start_ms / 1000.0
@@ -412,9 +410,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _ApiError(404, f"Not found: {path}", code="not_found")
             handler = methods.get(self.command)
             if handler is None:
-                raise _ApiError(
-                    405, f"Method {self.command} not allowed for {path}", code="method_not_allowed"
-                )
+                raise _ApiError(405, f"Method {self.command} not allowed for {path}", code="method_not_allowed")
+            if path in _GENERATION_PATHS:
+                self.sim._count("generation")
             if path.startswith("/v1/"):
                 self._check_api_key()
             handler(self, req)
@@ -465,9 +463,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
 
-    def send_body(
-        self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
-    ) -> None:
+    def send_body(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
         """Send a complete response with Content-Length."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -634,9 +630,7 @@ def _plan(h: _Handler, data: dict[str, Any], chat: bool) -> _Plan:
         prompt_tokens = tok.count_tokens(text) if n is None else n
     key = "max_completion_tokens" if chat and data.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = data.get(key)
-    if max_tokens is not None and (
-        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-    ):
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise _ApiError(400, f"'{key}' must be a positive integer, got {max_tokens!r}.", param=key)
     requested = prompt_tokens + (max_tokens or 0)
     if prompt_tokens >= p.context_window or requested > p.context_window:
@@ -668,9 +662,7 @@ def _plan(h: _Handler, data: dict[str, Any], chat: bool) -> _Plan:
     )
 
 
-def _chunk(
-    plan: _Plan, model: str, delta_or_text: dict[str, Any] | str, finish: str | None
-) -> dict[str, Any]:
+def _chunk(plan: _Plan, model: str, delta_or_text: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
     if plan.chat:
         choice: dict[str, Any] = {
             "index": 0,
@@ -723,7 +715,6 @@ def _final_body(plan: _Plan, model: str) -> dict[str, Any]:
 def _generate(h: _Handler, req: _Request, chat: bool) -> None:
     """Serve one chat or text completion, stream or not, following the latency model."""
     p, engine = h.sim.profile, h.engine
-    h.sim._count("generation")
     data = _json_body(req)
     if engine.is_loading():
         raise _ApiError(503, "Loading model", "unavailable_error", code=503)  # llama.cpp's answer
@@ -784,6 +775,8 @@ def _chat_completions(h: _Handler, req: _Request) -> None:
 def _completions(h: _Handler, req: _Request) -> None:
     _generate(h, req, chat=False)
 
+
+_GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 _ROUTES: dict[str, dict[str, Callable[[_Handler, _Request], None]]] = {
     "/v1/models": {"GET": _models},
