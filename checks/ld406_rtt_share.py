@@ -1,0 +1,79 @@
+"""LD406: the network round trip is a large share of the minimal request's latency."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.transport import TransportResult
+
+SHARE = 0.20
+MIN_RTT_MS = 10.0
+
+
+class RttShare(Check):
+    """High RTT share: the round trip to the server is a big part of every request.
+
+    ## What it checks
+    Measures the round-trip time with raw TCP connections (the median of several,
+    with jitter) and compares it with the median total latency of the minimal
+    "Say ok." request. Fires when the round trip is at least 20% of it and 10 ms
+    or more.
+
+    ## Why it adds latency
+    Every request pays at least one round trip even on a reused connection; a
+    streamed answer pays it before the first token. No server tuning removes it.
+
+    ## Example
+    RTT 48 ms (jitter 3 ms) against a 180 ms baseline: 27% of the floor is distance.
+
+    ## Fix
+    Deploy the endpoint (or a replica) closer to the callers - same region, same
+    zone; call it from a service next to it rather than from a far client; avoid
+    extra hops (VPN, hair-pinned load balancers).
+
+    ## Caveats
+    The RTT is measured from this machine: run the doctor where your application
+    runs. A user-space proxy in the path shows up here as RTT (it is on the path).
+    """
+
+    id = "LD406"
+    name = "rtt-share"
+    title = "Round trip dominates the floor"
+    category = Category.NETWORK
+    requires = ("transport",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        tr: TransportResult = ctx.get("transport")
+        rtt, share, total = tr.rtt_ms, tr.rtt_share, tr.baseline_total_p50_ms
+        if rtt is None or share is None or total is None or rtt < MIN_RTT_MS or share < SHARE:
+            return
+        jitter = tr.jitter_ms
+        evidence = [
+            Evidence("round-trip time (median)", round(rtt, 1), "ms", "transport"),
+            Evidence("baseline total (median)", round(total, 1), "ms", "baseline"),
+            Evidence("samples (raw TCP connections)", len(tr.rtt_samples_ms), "", "transport"),
+        ]
+        if jitter is not None:
+            evidence.append(Evidence("jitter (stdev)", round(jitter, 1), "ms", "transport"))
+        yield Finding(
+            severity=Severity.WARNING if share >= 0.5 else Severity.INFO,
+            confidence=Confidence.HIGH if jitter is not None and jitter < rtt / 4 else Confidence.MEDIUM,
+            title=f"Round trip is {share:.0%} of the minimal request ({rtt:.0f} ms)",
+            message=(
+                f"The round trip to {tr.host}:{tr.port} is {rtt:.0f} ms against a {total:.0f} ms "
+                "minimal request: every request pays it before its first token."
+            ),
+            impact_ms=round(rtt, 1),
+            impact_basis="one round trip per request",
+            evidence=tuple(evidence),
+            fix=Fix(
+                "Move caller and endpoint closer together",
+                (
+                    "Serve from the callers' region/zone, or add a replica there.",
+                    "Remove extra hops (VPN, cross-region load balancers) between client and server.",
+                ),
+            ),
+        )
