@@ -36,10 +36,12 @@ READY_TIMEOUT_S = 120.0
 
 def llamacpp_available() -> tuple[bool, str]:
     """Return ``(True, version)`` when llama-cpp-python and its server extra import, else ``(False, why)``."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return False, "llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"
     try:
         import llama_cpp
+    except ModuleNotFoundError as exc:
+        if exc.name not in (None, "llama_cpp"):
+            return False, f"llama_cpp cannot be imported: {exc}"
+        return False, "llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"
     except Exception as exc:  # a broken build fails at import (missing shared library...)
         return False, f"llama_cpp cannot be imported: {type(exc).__name__}: {exc}"
     missing = [m for m in ("fastapi", "uvicorn", "sse_starlette", "pydantic_settings")
@@ -141,6 +143,7 @@ class LlamaCppServer:
             "--port", str(self.port),
             "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads),
+            "--n_threads_batch", str(self.n_threads),
         ]
         if self.model_alias:
             cmd += ["--model_alias", self.model_alias]
