@@ -7,9 +7,10 @@ input). Heavy modules are imported inside the commands so ``--help`` is fast.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -132,8 +133,9 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--endpoint", "-e", required=True, metavar="URL",
-              help="Base URL of the OpenAI-compatible API, with or without /v1 (http://host:8000).")
+@click.option("--endpoint", "-e", default=None, metavar="URL",
+              help="Base URL of the OpenAI-compatible API, with or without /v1 (http://host:8000). "
+                   "Without it, the embedded demo simulator is diagnosed.")
 @click.option("--model", "-m", default=None, help="Model to probe (default: the first one /v1/models lists).")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, metavar="NAME",
               help="Environment variable holding the API key (sent as a Bearer token, never printed).")
@@ -172,7 +174,7 @@ def cli() -> None:
 @click.option("--save-measurements", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Save the raw measurements (no secrets) for `llmdoctor replay`.")
 @_common_output_options
-def check(endpoint: str, model: str | None, api_key_env: str, headers: tuple[str, ...], timeout_s: float,
+def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tuple[str, ...], timeout_s: float,
           max_requests: int, samples: int, typical_output_tokens: int, insecure: bool, ca_bundle: str | None,
           logs: tuple[str, ...], journal_unit: str | None, since: str | None, metrics_url: str | None,
           gpu_metrics_url: str | None, pid: int | None, request_files: tuple[str, ...], tokenizer: str | None,
@@ -195,23 +197,43 @@ def check(endpoint: str, model: str | None, api_key_env: str, headers: tuple[str
     """
     from llmdoctor.target import Options, Target, TargetError, normalize_base_url
 
+    with contextlib.ExitStack() as stack:
+        if endpoint is None:
+            endpoint = stack.enter_context(_demo_server("demo", announce=not (as_json or fmt == "json")))
+        try:
+            base_url = normalize_base_url(endpoint)
+        except TargetError as exc:
+            raise UsageProblem(str(exc)) from None
+        if fmt is None:
+            fmt = "json" if as_json else "text"
+        options = Options(
+            timeout_s=timeout_s, max_requests=max_requests, samples=samples,
+            typical_output_tokens=typical_output_tokens, insecure=insecure, ca_bundle=ca_bundle,
+            logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
+            gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
+            context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
+        )
+        _validate_inputs(options)
+        target = Target(base_url=base_url, model=model, api_key=os.environ.get(api_key_env) or None,
+                        headers=_parse_headers(headers))
+        _run(target, options, fmt, output, save_measurements, select, ignore, fail_on)
+
+
+@contextlib.contextmanager
+def _demo_server(profile: str, *, announce: bool) -> Iterator[str]:
+    """Run the embedded simulator for the duration of a command; yields its base URL."""
+    from llmdoctor.sim.profiles import get_profile
+    from llmdoctor.sim.server import SimServer
+
     try:
-        base_url = normalize_base_url(endpoint)
-    except TargetError as exc:
-        raise UsageProblem(str(exc)) from None
-    if fmt is None:
-        fmt = "json" if as_json else "text"
-    options = Options(
-        timeout_s=timeout_s, max_requests=max_requests, samples=samples,
-        typical_output_tokens=typical_output_tokens, insecure=insecure, ca_bundle=ca_bundle,
-        logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
-        gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
-        context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
-    )
-    _validate_inputs(options)
-    target = Target(base_url=base_url, model=model, api_key=os.environ.get(api_key_env) or None,
-                    headers=_parse_headers(headers))
-    _run(target, options, fmt, output, save_measurements, select, ignore, fail_on)
+        sim_profile = get_profile(profile)
+    except KeyError as exc:
+        raise UsageProblem(str(exc.args[0]) if exc.args else f"unknown profile {profile!r}") from None
+    with SimServer(sim_profile) as server:
+        if announce:
+            click.echo(f"Diagnosing the embedded simulator '{sim_profile.name}' on "
+                       f"{server.base_url} ({sim_profile.description})\n", err=True)
+        yield server.base_url
 
 
 def _validate_inputs(options: Any) -> None:
@@ -309,21 +331,13 @@ def demo(profile: str, as_json: bool) -> None:
     """
     from llmdoctor.doctor import diagnose
     from llmdoctor.render import render
-    from llmdoctor.sim.profiles import get_profile
-    from llmdoctor.sim.server import SimServer
     from llmdoctor.target import Options, Target
 
-    try:
-        sim_profile = get_profile(profile)
-    except KeyError as exc:
-        raise UsageProblem(str(exc.args[0]) if exc.args else f"unknown profile {profile!r}") from None
     fmt = "json" if as_json else "text"
-    with SimServer(sim_profile) as server:
-        if not as_json:
-            click.echo(f"Simulator '{sim_profile.name}' on {server.base_url}: {sim_profile.description}\n", err=True)
+    with _demo_server(profile, announce=not as_json) as base_url:
         progress = _progress(not as_json)
         try:
-            report, _ = diagnose(Target(base_url=server.base_url), Options(), progress=progress)
+            report, _ = diagnose(Target(base_url=base_url), Options(), progress=progress)
         finally:
             if progress is not None:
                 progress.stop()
