@@ -282,6 +282,11 @@ class LogHit:
     timestamp: str | None = None
     backend: str | None = None
 
+    @property
+    def where(self) -> str:
+        """``file:line`` of the hit."""
+        return f"{self.file}:{self.line}"
+
 
 @dataclass
 class LoadDuration:
@@ -341,6 +346,55 @@ class LogScan:
     def file_lines(self, name: str) -> int:
         """Lines read from the named source (0 if unknown)."""
         return next((f.lines for f in self.files if f.name == name), 0)
+
+    def near_end(self, hit: LogHit, tail: int = 1000) -> bool:
+        """True when `hit` is in the last `tail` lines (or last tenth) of its file: a recent event."""
+        total = self.file_lines(hit.file)
+        return total > 0 and total - hit.line < max(tail, total // 10)
+
+    def cold_start(self) -> tuple[float, str, LoadDuration] | None:
+        """The longest start-up the logs report: ``(seconds, how it was added up, last entry)``.
+
+        vLLM: model loading (else weight loading) plus engine init (profiling, KV cache,
+        warm-up), each the last reported; TGI: the slowest shard; Ollama: runner start or
+        ``load_duration``; llama.cpp: elapsed time at ``main: model loaded``.
+        """
+        best: tuple[float, str, LoadDuration] | None = None
+        by_stage: dict[tuple[str, str], LoadDuration] = {}
+        for d in self.load_durations:
+            key = (d.backend, d.stage)
+            if d.stage == "shard_ready" and key in by_stage and by_stage[key].seconds >= d.seconds:
+                continue
+            by_stage[key] = d
+        candidates: list[tuple[float, str, LoadDuration]] = []
+        load = by_stage.get(("vllm", "model_load")) or by_stage.get(("vllm", "weights"))
+        init = by_stage.get(("vllm", "engine_init"))
+        if load or init:
+            parts = [d for d in (load, init) if d is not None]
+            basis = " + ".join(f"{d.stage.replace('_', ' ')} {d.seconds:.1f} s" for d in parts)
+            candidates.append((sum(d.seconds for d in parts), basis, parts[-1]))
+        for (backend, stage), d in by_stage.items():
+            if backend != "vllm":
+                candidates.append((d.seconds, f"{backend} {stage.replace('_', ' ')} {d.seconds:.1f} s", d))
+        for c in candidates:
+            if best is None or c[0] > best[0]:
+                best = c
+        return best
+
+    def starts(self) -> int:
+        """How many server starts (model loads) the logs show."""
+        primary = {"model_load", "weights", "shard_ready", "runner_start", "load_duration", "model_loaded"}
+        seen: set[tuple[str, str]] = set()
+        count = 0
+        for d in self.load_durations:
+            if d.stage not in primary or (d.backend == "vllm" and d.stage == "weights" and any(
+                x.stage == "model_load" for x in self.load_durations)):
+                continue
+            key = (d.file, (d.timestamp or "")[:16]) if d.stage == "shard_ready" else (d.file, str(d.line))
+            if key not in seen:
+                seen.add(key)
+                count += 1
+        return count
 
 
 # --- the scanner -------------------------------------------------------------------------

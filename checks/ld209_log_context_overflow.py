@@ -1,0 +1,82 @@
+"""LD209: the server's logs report prompts over the context window (rejected or truncated)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.logscan import CONTEXT_OVERFLOW, LogScan
+
+
+class LogContextOverflow(Check):
+    """Context length exceeded or prompts truncated, as the server logged it.
+
+    ## What it checks
+    Counts the log lines where the server rejected a request over its context window
+    (vLLM "This model's maximum context length is ...", TGI "Input validation error:
+    `inputs` tokens + `max_new_tokens` must be <= ...", llama.cpp "the request exceeds the
+    available context size") or silently cut the prompt (Ollama "truncating input prompt",
+    llama.cpp "input truncated"), and transformers' "Token indices sequence length is longer
+    than the specified maximum".
+
+    ## Why it adds latency
+    A prompt at the limit pays the longest possible prefill before its first token; a rejected
+    one costs a full round trip and usually a retry; a truncated one wastes the prefill of
+    text the model never sees, and answers worse (so users ask again).
+
+    ## Example
+    `ollama.log:1`: `msg="truncating input prompt" limit=512 prompt=617 keep=4 new=512`.
+
+    ## Fix
+    Count tokens before sending (the model's tokenizer) and trim history or retrieved chunks.
+    Or raise the window where memory allows: vLLM `--max-model-len`, TGI `--max-input-tokens`
+    / `--max-total-tokens`, llama.cpp `--ctx-size`, Ollama `num_ctx` / `OLLAMA_CONTEXT_LENGTH`.
+
+    ## Caveats
+    The log does not say which client sent the request; LD1xx checks measure your own prompts.
+    """
+
+    id = "LD209"
+    name = "log-context-overflow"
+    title = "Context length exceeded in server logs"
+    category = Category.SERVER
+    requires = ("logs",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        scan: LogScan = ctx.get("logs")
+        count = scan.count(CONTEXT_OVERFLOW)
+        hits = scan.hits.get(CONTEXT_OVERFLOW) or []
+        if not count or not hits:
+            return
+        truncated = sum(1 for h in hits if h.kind == "truncated")
+        rejected = len(hits) - truncated
+        kinds = []
+        if rejected:
+            kinds.append(f"{rejected} rejected")
+        if truncated:
+            kinds.append(f"{truncated} truncated")
+        sample = " (among the kept samples)" if len(hits) < count else ""
+        last = hits[-1]
+        yield Finding(
+            severity=Severity.WARNING,
+            confidence=Confidence.HIGH,
+            title=f"Prompts over the context window in server logs ({count}x)",
+            message=(
+                f"The server logged {count} prompt(s) over its context window: {', '.join(kinds)}{sample}. "
+                f"Last at {last.where}: {last.text[:160]}"
+            ),
+            impact_ms=None,
+            impact_basis="rejected requests fail and are retried; truncated ones pay a full-window prefill",
+            evidence=(Evidence("events", count, "", "logs"),)
+            + tuple(Evidence(h.kind, h.text, "", h.where) for h in {id(h): h for h in (hits[0], last)}.values()),
+            fix=Fix(
+                "Keep prompts inside the window, or widen the window",
+                (
+                    "Count prompt tokens with the model's tokenizer and trim history / retrieved context.",
+                    "vLLM --max-model-len; TGI --max-input-tokens/--max-total-tokens; llama.cpp --ctx-size; "
+                    "Ollama num_ctx or OLLAMA_CONTEXT_LENGTH.",
+                ),
+            ),
+        )

@@ -1,0 +1,89 @@
+"""LD210: the server's logs report KV-cache preemption (vLLM) or retraction (SGLang)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from llmdoctor.check import Category, Check
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.logscan import KV_PREEMPTION, LogScan
+
+_CUMULATIVE = re.compile(r"(?:total_num_cumulative_preemption|total_cumulative_preemption_cnt)=(\d+)")
+MANY = 50
+
+
+class LogPreemption(Check):
+    """KV-cache preemption in the server logs: requests evicted and recomputed.
+
+    ## What it checks
+    Counts vLLM's "Sequence group N is preempted by PreemptionMode.RECOMPUTE mode because
+    there is not enough KV cache space" warnings (and its cumulative counter) and SGLang's
+    "KV cache pool is full. Retract requests." lines.
+
+    ## Why it adds latency
+    A preempted request loses its KV cache and is put back in the queue; when it resumes its
+    whole prompt and the tokens generated so far are prefilled again. Its latency grows by at
+    least one more prefill plus the wait, and the GPU spends time on work already done.
+
+    ## Example
+    `vllm.log:1`: `Sequence group 147 is preempted by PreemptionMode.RECOMPUTE mode ...
+    total_num_cumulative_preemption=1`.
+
+    ## Fix
+    Give the KV cache more room or ask less of it: raise `--gpu-memory-utilization`, lower
+    `--max-num-seqs` / `--max-num-batched-tokens`, lower `--max-model-len`, add tensor
+    parallelism, quantize weights or the KV cache (`--kv-cache-dtype fp8`); SGLang: raise
+    `--schedule-conservativeness` or `--mem-fraction-static`.
+
+    ## Caveats
+    SGLang's docs call an occasional retraction (about once a minute) acceptable; the
+    metrics check LD205 measures the rate during this run.
+    """
+
+    id = "LD210"
+    name = "log-kv-preemption"
+    title = "KV-cache preemption in server logs"
+    category = Category.SERVER
+    requires = ("logs",)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        scan: LogScan = ctx.get("logs")
+        count = scan.count(KV_PREEMPTION)
+        hits = scan.hits.get(KV_PREEMPTION) or []
+        if not count or not hits:
+            return
+        cumulative = max((int(m.group(1)) for h in hits for m in [_CUMULATIVE.search(h.text)] if m), default=None)
+        baseline = ctx.optional("baseline")
+        ttft = getattr(baseline, "ttft_p50_ms", None) if baseline is not None else None
+        last = hits[-1]
+        total = f"; the server's cumulative counter reached {cumulative}" if cumulative else ""
+        evidence = [Evidence("events", count, "", "logs"), Evidence("last", last.text, "", last.where)]
+        if cumulative:
+            evidence.append(Evidence("cumulative preemptions", cumulative, "", last.where))
+        yield Finding(
+            severity=Severity.CRITICAL if count >= MANY else Severity.WARNING,
+            confidence=Confidence.HIGH,
+            title=f"KV cache full: {count} preemption(s) in server logs",
+            message=(
+                f"The server preempted (or retracted) requests {count} time(s) for lack of KV-cache space{total}. "
+                f"Last at {last.where}."
+            ),
+            impact_ms=round(ttft, 1) if ttft else None,
+            impact_basis=(
+                "each preempted request prefills again: at least one more time to first token (warm median)"
+                if ttft
+                else "each preempted request prefills its prompt again; no baseline to size it"
+            ),
+            evidence=tuple(evidence),
+            fix=Fix(
+                "Give the KV cache more room or ask less of it",
+                (
+                    "vLLM: raise --gpu-memory-utilization; lower --max-num-seqs or --max-num-batched-tokens; "
+                    "lower --max-model-len; --kv-cache-dtype fp8; more tensor parallelism.",
+                    "SGLang: raise --schedule-conservativeness or --mem-fraction-static.",
+                    "Serve a quantized model to free memory for the cache.",
+                ),
+            ),
+        )
