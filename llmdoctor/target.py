@@ -108,3 +108,6 @@ class Options:
     dns_server: str | None = None
     concurrency: int = 0
     idle_test_s: float = 0.0
+    # The pre-deploy gate: SLOs as canonical "metric=LIMITms" specs, and a baseline file to compare with.
+    slos: tuple[str, ...] = ()
+    compare_file: str | None = None

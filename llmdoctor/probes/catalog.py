@@ -172,6 +172,13 @@ PROBES: dict[str, ProbeSpec] = {
             "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
             local=True,
         ),
+        ProbeSpec(
+            "reference",
+            "llmdoctor.probes.reference:reference",
+            "llmdoctor.probes.reference:Reference",
+            "the baseline file to compare with (--compare FILE, saved by --save-baseline)",
+            local=True,
+        ),
     )
 }
 

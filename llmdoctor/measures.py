@@ -1,0 +1,114 @@
+"""The gate's metrics, read from the baseline and sweep measurements.
+
+Shared by the SLO check (LD710), the regression check (LD711) and the
+side-by-side comparison: one place says what "ttft_p90" or "fixed cost" means.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+from llmdoctor.findings import Confidence
+from llmdoctor.gate import sample_confidence
+from llmdoctor.probes.baseline import BaselineResult, SweepResult
+from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
+from llmdoctor.stats import fit_line, percentile
+
+__all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "REGRESSION_METRICS"]
+
+# Metrics compared between a baseline file and this run, with what they are.
+REGRESSION_METRICS: dict[str, str] = {
+    "ttft": "time to first token of the warm baseline",
+    "total": "total latency of the warm baseline",
+    "fixed_cost": "fixed cost per request (flat-latency fit)",
+    "per_token": "cost per output token (flat-latency fit)",
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A metric's value with the number of samples behind it and how far to trust it."""
+
+    metric: str
+    value_ms: float
+    samples: int
+    confidence: Confidence
+    source: str
+
+
+def samples(base: BaselineResult, kind: str) -> list[float]:
+    """Per-request samples of ``ttft`` or ``total`` (ms) from the warm baseline."""
+    attr = "ttft_ms" if kind == "ttft" else "total_ms"
+    return [float(getattr(s, attr)) for s in base.ok_samples if getattr(s, attr) is not None]
+
+
+def measure(metric: str, base: BaselineResult | None, sweep: SweepResult | None) -> Measured | None:
+    """The value of an SLO metric (see `llmdoctor.gate.METRICS`), or None when not measured."""
+    if metric in ("fixed_cost", "per_token"):
+        if sweep is None or sweep.fit is None or sweep.distinct_lengths < 2:
+            return None
+        value = sweep.fit.fixed_ms if metric == "fixed_cost" else sweep.fit.per_token_ms
+        return Measured(metric, value, sweep.fit.points, sweep.fit.confidence(), "sweep")
+    if base is None:
+        return None
+    kind, _, pct = metric.partition("_p")
+    values = samples(base, kind)
+    value = percentile(values, float(pct))
+    if value is None:
+        return None
+    return Measured(metric, value, len(values), sample_confidence(metric, len(values)), "baseline")
+
+
+def fit_replicates(sweep: SweepResult, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[tuple[float, float]]:
+    """Bootstrap replicates (fixed_ms, per_token_ms) of the sweep's fit, resampling within each length."""
+    groups: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for p in sweep.ok_points:
+        groups[p.max_tokens].append((float(p.timing.output_tokens), float(p.timing.total_ms or 0.0)))
+    rng = random.Random(seed)
+    out: list[tuple[float, float]] = []
+    for _ in range(resamples):
+        xs: list[float] = []
+        ys: list[float] = []
+        for pts in groups.values():
+            for _ in pts:
+                x, y = pts[rng.randrange(len(pts))]
+                xs.append(x)
+                ys.append(y)
+        fit = fit_line(xs, ys)
+        if fit is not None:
+            out.append((fit.fixed_ms, fit.per_token_ms))
+    return out
+
+
+def compare_runs(
+    before_base: BaselineResult | None,
+    before_sweep: SweepResult | None,
+    after_base: BaselineResult | None,
+    after_sweep: SweepResult | None,
+    *,
+    min_rel: float = 0.10,
+    min_abs_ms: float = 10.0,
+) -> list[Comparison]:
+    """Compare every regression metric measured on both sides (same order as `REGRESSION_METRICS`)."""
+    out: list[Comparison] = []
+    if before_base is not None and after_base is not None:
+        for kind in ("ttft", "total"):
+            b, a = samples(before_base, kind), samples(after_base, kind)
+            if b and a:
+                out.append(compare_samples(kind, b, a, min_rel=min_rel, min_abs_ms=min_abs_ms))
+    fits = [s for s in (before_sweep, after_sweep) if s is not None and s.fit is not None and s.distinct_lengths >= 2]
+    if len(fits) == 2:
+        assert before_sweep is not None and after_sweep is not None
+        assert before_sweep.fit is not None and after_sweep.fit is not None
+        rb, ra = fit_replicates(before_sweep), fit_replicates(after_sweep, seed=1)
+        for i, metric in enumerate(("fixed_cost", "per_token")):
+            point_b = before_sweep.fit.fixed_ms if i == 0 else before_sweep.fit.per_token_ms
+            point_a = after_sweep.fit.fixed_ms if i == 0 else after_sweep.fit.per_token_ms
+            # per-token costs are a few ms: the absolute floor scales down with them
+            floor = min_abs_ms if i == 0 else min_abs_ms / 20.0
+            out.append(compare_estimates(metric, [r[i] for r in rb], [r[i] for r in ra], point_b, point_a,
+                                         min_rel=min_rel, min_abs_ms=floor,
+                                         n_before=before_sweep.fit.points, n_after=after_sweep.fit.points))
+    return out
