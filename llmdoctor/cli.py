@@ -197,25 +197,26 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     """
     from llmdoctor.target import Options, Target, TargetError, normalize_base_url
 
+    if fmt is None:
+        fmt = "json" if as_json else "text"
+    options = Options(
+        timeout_s=timeout_s, max_requests=max_requests, samples=samples,
+        typical_output_tokens=typical_output_tokens, insecure=insecure, ca_bundle=ca_bundle,
+        logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
+        gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
+        context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
+    )
+    _validate_inputs(options)
+    extra_headers = _parse_headers(headers)
     with contextlib.ExitStack() as stack:
         if endpoint is None:
-            endpoint = stack.enter_context(_demo_server("demo", announce=not (as_json or fmt == "json")))
+            endpoint = stack.enter_context(_demo_server("demo", announce=fmt == "text"))
         try:
             base_url = normalize_base_url(endpoint)
         except TargetError as exc:
             raise UsageProblem(str(exc)) from None
-        if fmt is None:
-            fmt = "json" if as_json else "text"
-        options = Options(
-            timeout_s=timeout_s, max_requests=max_requests, samples=samples,
-            typical_output_tokens=typical_output_tokens, insecure=insecure, ca_bundle=ca_bundle,
-            logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
-            gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
-            context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
-        )
-        _validate_inputs(options)
         target = Target(base_url=base_url, model=model, api_key=os.environ.get(api_key_env) or None,
-                        headers=_parse_headers(headers))
+                        headers=extra_headers)
         _run(target, options, fmt, output, save_measurements, select, ignore, fail_on)
 
 
@@ -242,10 +243,8 @@ def _validate_inputs(options: Any) -> None:
         if path != "-" and not os.path.isfile(path):
             raise UsageProblem(f"--log {path}: no such file")
     if options.request_files:
-        try:
-            from llmdoctor.requests_file import RequestFileError, load_requests
-        except ImportError:
-            return
+        from llmdoctor.request_files import RequestFileError, load_requests
+
         try:
             load_requests(options.request_files)
         except RequestFileError as exc:

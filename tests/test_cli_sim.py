@@ -53,7 +53,7 @@ def test_text_report_shows_breakdown_then_ranked_findings(capsys: pytest.Capture
     out = result.out
     assert "Where the time of a request goes" in out
     assert out.index("Where the time") < out.index("Diagnosis")
-    assert " 1. WARNING  LD301" in out and " 2. WARNING  LD702" in out
+    assert " 1. WARNING   LD301" in out and " 2. WARNING   LD702" in out
     assert "Fix:" in out and "llmdoctor explain LD301" in out
     assert result.code == 1
 

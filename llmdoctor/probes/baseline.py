@@ -41,8 +41,11 @@ def describe_failure(timing: RequestTiming) -> str:
     if timing.error == ErrorKind.HTTP_STATUS:
         detail = f": {timing.error_detail}" if timing.error_detail else ""
         return f"HTTP {timing.status}{detail}"
-    detail = f" ({timing.error_detail})" if timing.error_detail else ""
-    return f"{(timing.error or 'unknown error').replace('_', ' ')}{detail}"
+    kind = (timing.error or "unknown error").replace("_", " ")
+    detail = timing.error_detail
+    if not detail or detail.lower().startswith(kind):
+        return detail or kind
+    return f"{kind}: {detail}"
 
 
 def _model(ctx: Context) -> EndpointInfo:

@@ -19,7 +19,7 @@ from llmdoctor.runner import Status
 __all__ = ["render_terminal", "print_terminal"]
 
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
-STATUS_STYLE = {"ok": "bold green", "warning": "bold yellow", "critical": "bold red"}
+STATUS_STYLE = {"ok": "bold green", "warning": "bold yellow", "critical": "bold red", "unknown": "bold magenta"}
 BAR_WIDTH = 32
 
 
@@ -68,7 +68,7 @@ def _indented(console: Console, text: str | Text, indent: int = 6, style: str = 
 def _finding(console: Console, rank: int, f: Finding) -> None:
     head = Text.assemble(
         f"{rank:>2}. ",
-        (f"{f.severity.value.upper():<8}", SEVERITY_STYLE[f.severity]),
+        (f"{f.severity.value.upper():<9}", SEVERITY_STYLE[f.severity]),
         (f" {f.check_id}  ", "bold"),
         (f.title, "bold"),
     )

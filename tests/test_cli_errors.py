@@ -1,0 +1,135 @@
+"""Error paths a new user meets: each ends in one line or a CRITICAL finding, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from tests.cliutil import finding_ids, run_cli, run_process
+from tests.rawserver import ScriptedServer, chunked_sse_response, http_response, play, unused_port
+
+MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["check", "-e", "ftp://example"], "unsupported URL scheme"),
+        (["check", "-e", "http://host:99999"], "invalid port"),
+        (["check", "-e", "http://"], "no host"),
+        (["check", "--max-requests", "0"], "--max-requests"),
+        (["check", "--no-such-flag"], "No such option"),
+        (["explain", "LD999"], "no check"),
+        (["replay", "/nonexistent.json"], "does not exist"),
+        (["check", "--log", "/nonexistent.log"], "no such file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_3(args: list[str], message: str) -> None:
+    result = run_process(*args, timeout=60)
+    assert result.code == 3
+    assert "Traceback" not in result.err + result.out
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmdoctor: error:") and message in lines[0], result.err
+
+
+def test_replay_of_a_non_recording_is_exit_3(tmp_path) -> None:
+    bogus = tmp_path / "x.json"
+    bogus.write_text('{"hello": 1}')
+    result = run_process("replay", str(bogus))
+    assert result.code == 3 and "not a llmdoctor measurements file" in result.err
+
+
+def test_no_server_on_the_port_is_critical() -> None:
+    port = unused_port()
+    result = run_process("check", "-e", f"http://127.0.0.1:{port}", "--json")
+    assert result.code == 2 and "Traceback" not in result.err
+    report = result.report
+    assert report["findings"][0]["check_id"] == "LD001"
+    assert "refused" in report["findings"][0]["title"].lower()
+    text = run_process("check", "-e", f"http://127.0.0.1:{port}")
+    assert text.code == 2 and "CRITICAL  LD001  Connection refused" in text.out
+
+
+def test_wrong_path_suggests_the_v1_base(capsys: pytest.CaptureFixture[str]) -> None:
+    with SimServer(get_profile("healthy")) as server:
+        result = run_cli(capsys, "check", "-e", server.url + "/api", "--json")
+    top = result.report["findings"][0]
+    assert result.code == 2 and top["check_id"] == "LD001"
+    assert f"did you mean {server.url}/v1" in top["message"].lower()
+
+
+def test_unauthorized_is_critical_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    with SimServer(get_profile("unauthorized")) as server:
+        result = run_cli(capsys, "check", "-e", server.url, "--json", "--api-key-env", "LLMDOCTOR_NO_SUCH_VAR")
+        generation = server.generation_requests
+    top = result.report["findings"][0]
+    assert result.code == 2 and "authentication failed" in top["title"].lower()
+    assert "--api-key-env" in " ".join(top["fix"]["steps"])
+    assert generation == 0  # a 401 on /models stops the doctor before any generation request
+
+
+def test_non_json_body_is_reported_not_crashed(capsys: pytest.CaptureFixture[str]) -> None:
+    html = http_response(200, {"Content-Type": "text/html"}, "<html><body>Sign in</body></html>")
+    with ScriptedServer(play([(0.0, html)]), keep_alive=True) as server:
+        result = run_cli(capsys, "check", "-e", server.url, "--model", "m", "--json")
+    report = result.report
+    assert result.code == 2
+    top = report["findings"][0]
+    assert top["check_id"] == "LD001" and "not an openai-compatible" in top["title"].lower()
+    assert all(c["status"] != "crashed" for c in report["checks"])
+
+
+def test_stream_that_stops_mid_way_is_critical(capsys: pytest.CaptureFixture[str]) -> None:
+    def handler(conn, request: bytes) -> bool:
+        if request.startswith(b"GET"):
+            conn.sendall(http_response(200, body=MODELS))
+            return True
+        chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]}
+        for _, data in chunked_sse_response([chunk, chunk], 0.01, done=False, end=False):
+            conn.sendall(data)
+        return False  # close mid-stream
+
+    with ScriptedServer(handler, keep_alive=True) as server:
+        result = run_cli(capsys, "check", "-e", server.url, "--json")
+    top = result.report["findings"][0]
+    assert result.code == 2 and top["check_id"] == "LD001"
+    assert "stream stopped mid-way after 2 tokens" in top["title"].lower()
+
+
+def test_silent_server_never_hangs_past_the_timeout() -> None:
+    def silent(conn, request: bytes) -> bool:
+        time.sleep(30)
+        return False
+
+    with ScriptedServer(silent) as server:
+        started = time.monotonic()
+        result = run_process("check", "-e", server.url, "--timeout", "1", "--json", timeout=60)
+        elapsed = time.monotonic() - started
+    assert result.code == 2 and "no answer in time" in result.report["findings"][0]["title"].lower()
+    assert elapsed < 1 + 8  # one timed-out request, plus interpreter start-up on a loaded machine
+
+
+def test_help_does_not_import_heavy_modules() -> None:
+    code = (
+        "import sys\n"
+        "from llmdoctor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('transformers', 'pynvml', 'torch', 'prometheus_client', 'dns') if m in sys.modules]\n"
+        "print('HEAVY:' + ','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "HEAVY:"
+
+
+def test_checks_lists_the_checklist_and_explain_prints_docs(capsys: pytest.CaptureFixture[str]) -> None:
+    listing = run_cli(capsys, "checks")
+    assert listing.code == 0 and "LD001" in listing.out and "LD702" in listing.out
+    docs = run_cli(capsys, "explain", "ld702")
+    for section in ("## What it checks", "## Why it adds latency", "## Fix"):
+        assert section in docs.out
+    assert finding_ids({"findings": []}) == []
