@@ -8,6 +8,7 @@ replay mode the context serves recorded measurements and sends nothing.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,36 @@ class Context:
     client_factory: Callable[[], Any] | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
     _client: Any = field(default=None, init=False, repr=False)
+    # The perf_counter() instant the run must end by (--deadline, counted from here), or None.
+    deadline_at: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.options.deadline_s is not None and self.recorded is None:
+            self.deadline_at = time.perf_counter() + self.options.deadline_s
+
+    # -- the run's deadline -------------------------------------------------
+    def time_left(self) -> float | None:
+        """Seconds left before the run's deadline (None without ``--deadline``; never negative)."""
+        if self.deadline_at is None:
+            return None
+        return max(0.0, self.deadline_at - time.perf_counter())
+
+    def cap_timeout(self, timeout_s: float) -> float:
+        """`timeout_s` capped at the time left to the run; `ProbeUnavailable` when none is left.
+
+        For probes doing their own I/O (raw sockets, DNS queries) outside the probe client.
+        """
+        left = self.time_left()
+        if left is None:
+            return timeout_s
+        if left <= 0.05:
+            raise ProbeUnavailable(self.deadline_reason)
+        return min(timeout_s, left)
+
+    @property
+    def deadline_reason(self) -> str:
+        """Why a probe did not run once the deadline passed."""
+        return f"deadline reached (--deadline {self.options.deadline_s:g} s): not measured"
 
     # -- the probe client -------------------------------------------------
     @property
@@ -80,8 +111,17 @@ class Context:
                     max_requests=self.options.max_requests,
                     insecure=self.options.insecure,
                     ca_bundle=self.options.ca_bundle,
+                    deadline_at=self.deadline_at,
+                    on_request=self._log_request if self.options.verbose else None,
                 )
         return self._client
+
+    def _log_request(self, timing: Any) -> None:
+        """--verbose: one line per request on stderr (headers masked, text redacted)."""
+        from llmdoctor.probes.client import describe_request
+
+        line = describe_request(timing, self._client.request_headers if self._client is not None else {})
+        print(self._redact(f"llmdoctor: {line}"), file=sys.stderr, flush=True)
 
     @property
     def requests_sent(self) -> int:
@@ -140,6 +180,8 @@ class Context:
             return _Slot(ProbeStatus(name, False, f"unknown probe {name!r}"))
         if self.recorded is not None and not (spec.local and self.replay_local and spec.name not in self.recorded):
             return self._replay(spec)
+        if self.deadline_at is not None and self.time_left() == 0:
+            return _Slot(ProbeStatus(name, False, self.deadline_reason))
         if self.on_probe:
             self.on_probe(name, spec.description)
         started = time.perf_counter()
@@ -148,10 +190,18 @@ class Context:
         except ProbeUnavailable as exc:
             status = ProbeStatus(name, False, exc.reason)
             value = None
+        except KeyboardInterrupt:
+            # Ctrl-C in the middle of a probe: remember it, then let the doctor stop the run.
+            status = ProbeStatus(name, False, "interrupted (Ctrl-C) while measuring",
+                                 (time.perf_counter() - started) * 1000)
+            self._slots[name] = _Slot(status)
+            raise
         except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the run
-            from llmdoctor.probes.client import BudgetExhausted
+            from llmdoctor.probes.client import BudgetExhausted, DeadlineReached
 
-            if isinstance(exc, BudgetExhausted):
+            if isinstance(exc, DeadlineReached):
+                reason = self.deadline_reason
+            elif isinstance(exc, BudgetExhausted):
                 reason = f"request budget spent ({self.options.max_requests} requests; raise --max-requests)"
             else:
                 reason = f"probe failed: {type(exc).__name__}: {exc}"

@@ -84,13 +84,22 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 OK, 1 WARNING, 2 CRITICAL, as gated by `fail_on`."""
-        return exit_code_for(self.findings, self.fail_on)
+        """0 OK, 1 WARNING, 2 CRITICAL, as gated by `fail_on`.
+
+        An interrupted run (Ctrl-C) is incomplete: 3 UNKNOWN, unless it already found
+        something critical (2). States rank OK < WARNING < UNKNOWN < CRITICAL, as Icinga ranks
+        them when it aggregates.
+        """
+        code = exit_code_for(self.findings, self.fail_on)
+        if self.interrupted and code != ExitCode.CRITICAL:
+            return ExitCode.UNKNOWN
+        return code
 
     @property
     def status(self) -> str:
-        """``ok``, ``warning`` or ``critical`` (the worst finding that counts)."""
-        return {ExitCode.OK: "ok", ExitCode.WARNING: "warning", ExitCode.CRITICAL: "critical"}[self.exit_code]
+        """``ok``, ``warning``, ``critical`` (the worst finding that counts) or ``unknown`` (interrupted)."""
+        return {ExitCode.OK: "ok", ExitCode.WARNING: "warning", ExitCode.CRITICAL: "critical",
+                ExitCode.UNKNOWN: "unknown"}[self.exit_code]
 
 
 def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:

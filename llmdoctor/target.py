@@ -111,3 +111,6 @@ class Options:
     # The pre-deploy gate: SLOs as canonical "metric=LIMITms" specs, and a baseline file to compare with.
     slos: tuple[str, ...] = ()
     compare_file: str | None = None
+    # Reliability: a wall-clock bound for the whole run (None: none), per-request log on stderr.
+    deadline_s: float | None = None
+    verbose: bool = False

@@ -6,6 +6,11 @@ One `ProbeClient` per run. Each request
 - is timed phase by phase from its own start with ``time.perf_counter()``: TCP connect and
   TLS handshake (httpcore trace events), request sent, response headers (TTFB), first token
   and every token event of an SSE stream, end of body;
+- is refused (`DeadlineReached`, before sending) once the run's deadline (``--deadline``) has
+  passed, and otherwise gets at most the time left to the run as its own deadline;
+- on 429 or 503 with a ``Retry-After`` of at most `MAX_RETRY_AFTER_S` seconds that fits in the
+  budget and the deadline, waits that long and retries once (both requests count); without
+  ``Retry-After`` it does not retry: the doctor reports rate limiting instead of hammering;
 - is bounded: a wall-clock deadline of `timeout_s` for the whole request (httpx's timeouts are
   per read, so a server dripping one byte a second would otherwise never time out), a maximum
   body size, a maximum SSE line length;
@@ -44,7 +49,16 @@ from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor, redact_headers
 from llmdoctor.target import Target
 
-__all__ = ["ProbeClient", "BudgetExhausted", "DEFAULT_MAX_BODY_BYTES", "USER_AGENT"]
+__all__ = [
+    "ProbeClient",
+    "BudgetExhausted",
+    "DeadlineReached",
+    "DEFAULT_MAX_BODY_BYTES",
+    "MAX_RETRY_AFTER_S",
+    "USER_AGENT",
+    "describe_request",
+    "parse_retry_after",
+]
 
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 USER_AGENT = f"llmdoctor/{__version__}"
@@ -53,6 +67,11 @@ ERROR_BODY_READ_BYTES = 64 << 10
 # After ``data: [DONE]`` the server should end the body at once; wait this long for the end
 # (so the connection stays reusable) before giving up on it without an error.
 DONE_GRACE_S = 1.0
+# The longest Retry-After (seconds) the client honours with its one retry; longer: no retry.
+MAX_RETRY_AFTER_S = 10.0
+# A request is not started with less time than this left before the run's deadline.
+MIN_REQUEST_S = 0.05
+_BACKOFF_STATUSES = (429, 503)
 
 # Server timing hints sent as response headers.
 # TGI (huggingface/text-generation-inference, router/src/server.rs, `generate`): x-total-time,
@@ -78,6 +97,57 @@ _HEADER_COUNTS = {
 
 class BudgetExhausted(Exception):
     """The run's request budget (``--max-requests``) is spent; nothing was sent."""
+
+
+class DeadlineReached(BudgetExhausted):
+    """The run's deadline (``--deadline``) has passed; nothing was sent.
+
+    A subclass of `BudgetExhausted`: time is the other budget, and every probe that stops
+    cleanly on a spent request budget stops the same way on a spent time budget.
+    """
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date); None if absent/invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN or infinite
+        return None
+    return max(0.0, seconds)
+
+
+def describe_request(timing: RequestTiming, request_headers: dict[str, str]) -> str:
+    """One log line for --verbose: method, path, outcome, times and the (masked) headers sent.
+
+    `request_headers` must already be masked (`ProbeClient.request_headers`); the caller
+    passes the line through the run's `Redactor` as well.
+    """
+    outcome = f"HTTP {timing.status}" if timing.status is not None else (timing.error or "no answer")
+    if timing.status is not None and timing.error:
+        outcome += f" ({timing.error})"
+    parts = [f"{timing.method} {timing.path} -> {outcome}"]
+    for label, value in (("ttfb", timing.ttfb_ms), ("ttft", timing.ttft_ms), ("total", timing.total_ms)):
+        if value is not None:
+            parts.append(f"{label} {value:.0f} ms")
+    if timing.error_detail:
+        parts.append(timing.error_detail[:200])
+    sent = ", ".join(f"{name}: {value}" for name, value in sorted(request_headers.items()))
+    return " · ".join(parts) + f" [sent headers: {sent}]"
 
 
 class _Stop(Exception):
@@ -336,9 +406,12 @@ class ProbeClient:
         on_request: Callable[[RequestTiming], None] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         trust_env: bool = True,
+        deadline_at: float | None = None,
     ) -> None:
+        """`deadline_at`: the ``time.perf_counter()`` instant the whole run must end by (or None)."""
         self.target = target
         self.timeout_s = float(timeout_s)
+        self.deadline_at = deadline_at
         self.max_requests = int(max_requests)
         self.max_body_bytes = int(max_body_bytes)
         self.on_request = on_request
@@ -353,6 +426,7 @@ class ProbeClient:
         for name, value in target.headers:
             headers[name] = value
         self.redactor = Redactor.for_request(target.api_key, list(headers.items()))
+        self._credential_headers = [n for n in headers if n.lower() != "user-agent"]
 
         # The SSL context is built here, eagerly (loading CA certificates takes tens of ms),
         # so that the cost is not billed to the first request's timings.
@@ -409,6 +483,17 @@ class ProbeClient:
         """Requests that may still be sent."""
         return max(0, self.max_requests - self._sent)
 
+    def time_left(self) -> float | None:
+        """Seconds left before the run's deadline (None without one; never negative)."""
+        if self.deadline_at is None:
+            return None
+        return max(0.0, self.deadline_at - time.perf_counter())
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        """The headers sent with every request, sensitive values masked (for --verbose)."""
+        return redact_headers(self._client.headers)
+
     # -- public requests ------------------------------------------------------------------------
 
     def get_json(self, path: str, *, root: bool = False) -> tuple[RequestTiming, object | None]:
@@ -430,6 +515,17 @@ class ProbeClient:
         if (other.scheme, other.hostname, other.port) != (origin.scheme, origin.hostname, origin.port):
             raise ValueError(f"refusing to send credentials to another origin: {url!r}")
         return self._request("GET", url, mode="json", absolute=True)
+
+    def get_text_url(self, url: str) -> tuple[RequestTiming, str | None]:
+        """GET a text document by absolute URL, e.g. an exporter on another host or port.
+
+        Timed and counted like every request; the endpoint's credentials (Authorization and
+        every ``--header``) are sent only when the URL is on the endpoint's own origin.
+        """
+        origin = urlsplit(self.target.base_url)
+        other = urlsplit(url)
+        same_origin = (other.scheme, other.hostname, other.port) == (origin.scheme, origin.hostname, origin.port)
+        return self._request("GET", url, mode="text", absolute=True, anonymous=not same_origin)
 
     def post_json(
         self, path: str, body: object, *, root: bool = False
@@ -497,31 +593,67 @@ class ProbeClient:
         root: bool = False,
         body: object = None,
         absolute: bool = False,
+        anonymous: bool = False,
     ) -> tuple[RequestTiming, Any]:
         self._take_budget(method, path)
         content = None if body is None else json.dumps(body).encode()
         url = path if absolute else self._url(path, root)
-        timing, payload = self._attempt(method, url, mode, content)
+        timing, payload = self._attempt(method, url, mode, content, anonymous)
         if (
             timing.error == ErrorKind.PROTOCOL
             and timing.reused_connection
             and timing.status is None
             and self.budget_left > 0
+            and self._can_start()
         ):
             # A pooled keep-alive connection that the server closed while it was idle (the
             # classic race when both sides use a ~5 s keep-alive): every HTTP client retries
             # this once on a new connection. Both attempts stay in `history` and count.
             self._take_budget(method, path)
-            timing, payload = self._attempt(method, url, mode, content)
+            timing, payload = self._attempt(method, url, mode, content, anonymous)
+        elif timing.status in _BACKOFF_STATUSES:
+            wait = self._backoff(timing)
+            if wait is not None:
+                time.sleep(wait)
+                self._take_budget(method, path)
+                first = timing
+                timing, payload = self._attempt(method, url, mode, content, anonymous)
+                if timing.status in _BACKOFF_STATUSES:
+                    timing.error_detail = self.redactor.text(
+                        f"{timing.error_detail} (also after waiting {wait:g} s as Retry-After asked; "
+                        f"first answer: HTTP {first.status})"
+                    )[:500]
         return timing, payload
 
+    def _backoff(self, timing: RequestTiming) -> float | None:
+        """Seconds to wait before the one retry of a 429/503, or None for no retry.
+
+        Only with a ``Retry-After`` of at most `MAX_RETRY_AFTER_S`, budget left, and time left
+        before the run's deadline for the wait plus the request itself.
+        """
+        wait = parse_retry_after(timing.response_headers.get("retry-after"))
+        if wait is None or wait > MAX_RETRY_AFTER_S or self.budget_left <= 0:
+            return None
+        left = self.time_left()
+        if left is not None and wait + max(MIN_REQUEST_S, min(self.timeout_s, 1.0)) > left:
+            return None
+        return wait
+
+    def _can_start(self) -> bool:
+        left = self.time_left()
+        return left is None or left >= MIN_REQUEST_S
+
     def _take_budget(self, method: str, path: str) -> None:
+        if not self._can_start():
+            raise DeadlineReached(f"the run's deadline has passed; not sending {method} {path}")
         with self._lock:
             if self._sent >= self.max_requests:
                 raise BudgetExhausted(f"request budget of {self.max_requests} spent; not sending {method} {path}")
             self._sent += 1
 
-    def _attempt(self, method: str, url: str, mode: str, content: bytes | None) -> tuple[RequestTiming, Any]:
+    def _attempt(
+        self, method: str, url: str, mode: str, content: bytes | None, anonymous: bool = False
+    ) -> tuple[RequestTiming, Any]:
         # The URL path as sent ("/v1/models"), without a query string that could hold a secret.
         timing = RequestTiming(method=method, path=urlsplit(url).path, streamed=(mode == "sse"))
         marks: dict[str, float] = {}
@@ -539,9 +671,14 @@ class ProbeClient:
             request = self._client.build_request(
                 method, url, content=content, headers=extra_headers, extensions={"trace": trace}
             )
+            if anonymous:
+                for name in self._credential_headers:
+                    request.headers.pop(name, None)
             timing.started_at = time.time()
             t0 = time.perf_counter()
             deadline = t0 + self.timeout_s
+            if self.deadline_at is not None:
+                deadline = min(deadline, self.deadline_at)
             self._deadline.at = deadline
             try:
                 response = self._client.send(request, stream=True)
@@ -673,10 +810,15 @@ class ProbeClient:
             now = time.perf_counter()
             total += len(data)
             if now > (self._deadline.at or deadline):  # the deadline may be shortened after [DONE]
-                raise _Stop(ErrorKind.READ_TIMEOUT, f"no complete response within {self.timeout_s:g} s")
+                raise _Stop(ErrorKind.READ_TIMEOUT, self._timeout_detail(deadline))
             if total > limit:
                 raise _Stop(ErrorKind.TOO_LARGE, f"response body larger than {limit} bytes")
             yield data, now
+
+    def _timeout_detail(self, deadline: float) -> str:
+        if self.deadline_at is not None and deadline >= self.deadline_at:
+            return "no complete response before the run's deadline (--deadline)"
+        return f"no complete response within {self.timeout_s:g} s"
 
     def _read_all(
         self, response: httpx.Response, deadline: float, *, limit: int, truncate: bool = False
