@@ -69,4 +69,5 @@ def build_breakdown(ctx: Context) -> Breakdown | None:
         breakdown.fixed_ms = sweep.fit.fixed_ms
         breakdown.per_token_ms = sweep.fit.per_token_ms
         breakdown.typical_output_tokens = ctx.options.typical_output_tokens
+        breakdown.sweep_points = [(p.timing.output_tokens, p.timing.total_ms or 0.0) for p in sweep.ok_points]
     return breakdown

@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class ExitCode:
@@ -56,6 +56,8 @@ class Breakdown:
     fixed_ms: float | None = None
     per_token_ms: float | None = None
     typical_output_tokens: int | None = None
+    #: The output-length sweep behind the fit: (output tokens, total ms) per request (schema 1.1).
+    sweep_points: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass

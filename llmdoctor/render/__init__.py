@@ -21,10 +21,31 @@ def _text(report: Report) -> str:
     return render_terminal(report)
 
 
+def _markdown(report: Report) -> str:
+    from llmdoctor.render.markdown import render_markdown
+
+    return render_markdown(report)
+
+
+def _junit(report: Report) -> str:
+    from llmdoctor.render.junit import render_junit
+
+    return render_junit(report)
+
+
+def _html(report: Report) -> str:
+    from llmdoctor.render.html import render_html
+
+    return render_html(report)
+
+
 # format name -> function(report) -> str
 RENDERERS: dict[str, Callable[[Report], str]] = {
     "text": _text,
     "json": _json,
+    "markdown": _markdown,
+    "junit": _junit,
+    "html": _html,
 }
 
 

@@ -65,6 +65,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "fixed_ms": _round(b.fixed_ms),
             "per_token_ms": _round(b.per_token_ms, 3),
             "typical_output_tokens": b.typical_output_tokens,
+            "sweep_points": [{"output_tokens": n, "total_ms": _round(ms)} for n, ms in b.sweep_points],
         }
     return {
         "schema_version": report.schema_version,

@@ -1,0 +1,127 @@
+"""Markdown rendering: for an incident ticket or a CI job summary ($GITHUB_STEP_SUMMARY).
+
+Same content and order as the terminal report: the waterfall of a typical
+request (as a table), then the findings in rank order (a table, then each
+finding's message and fix), then what was skipped or crashed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from llmdoctor import __version__
+from llmdoctor.findings import Finding
+from llmdoctor.render.json import MASK
+from llmdoctor.report import Breakdown, Report
+from llmdoctor.runner import Status
+
+__all__ = ["render_markdown"]
+
+_STATUS_ICON = {"ok": "✅", "warning": "⚠️", "critical": "❌", "unknown": "❔"}
+
+
+def _esc(text: object) -> str:
+    """Escape a value for a Markdown table cell (pipes, newlines, HTML brackets)."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return s.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:,.1f} ms"
+
+
+def _breakdown(b: Breakdown) -> list[str]:
+    lines = [f"## Where the time of a request goes — {_esc(b.label)}: **{_ms(b.total_ms)}**", ""]
+    lines += ["| Phase | Time | Share | Note |", "|---|---:|---:|---|"]
+    for p in b.phases:
+        share = p.ms / b.total_ms if b.total_ms > 0 else 0.0
+        lines.append(f"| {_esc(p.name)} | {_ms(p.ms)} | {share:.0%} | {_esc(p.note)} |")
+    lines.append("")
+    lines.append(
+        f"TTFT p50 {_ms(b.ttft_p50_ms)} / p90 {_ms(b.ttft_p90_ms)} · "
+        f"total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"
+        + (f" · a new connection adds {_ms(b.new_connection_ms)}" if b.new_connection_ms is not None else "")
+    )
+    if b.fixed_ms is not None and b.per_token_ms is not None and b.typical_output_tokens:
+        n = b.typical_output_tokens
+        predicted = b.fixed_ms + b.per_token_ms * n
+        share = max(0.0, b.fixed_ms) / predicted if predicted > 0 else 0.0
+        lines.append("")
+        lines.append(
+            f"Flat-latency fit: fixed {_ms(b.fixed_ms)} + {b.per_token_ms:.2f} ms/token → "
+            f"a {n}-token answer ≈ {_ms(predicted)} ({share:.0%} fixed)"
+        )
+    return lines + [""]
+
+
+def _evidence(f: Finding) -> str:
+    parts = []
+    for e in f.evidence:
+        value = MASK if e.sensitive else e.value
+        parts.append(f"{e.label} {value}{(' ' + e.unit) if e.unit and value is not None else ''}")
+    return "; ".join(parts)
+
+
+def _finding(rank: int, f: Finding) -> list[str]:
+    impact = f"~{_ms(f.impact_ms)} ({f.impact_basis})" if f.impact_ms is not None else "not estimated"
+    lines = [
+        f"### {rank}. {f.severity.value.upper()} {f.check_id} — {_esc(f.title)}",
+        "",
+        f"{_esc(f.message)}",
+        "",
+        f"- **Impact:** {_esc(impact)} · confidence {f.confidence.value}",
+    ]
+    if f.evidence:
+        lines.append(f"- **Evidence:** {_esc(_evidence(f))}")
+    lines.append(f"- **Fix:** {_esc(f.fix.summary)}")
+    lines += [f"  - {_esc(step)}" for step in f.fix.steps]
+    lines.append(f"- **Docs:** `{f.docs}`")
+    return lines + [""]
+
+
+def render_markdown(report: Report) -> str:
+    """The report as GitHub-flavoured Markdown."""
+    status = report.status
+    where = f"`{report.endpoint}`" + (f" (model `{_esc(report.model)}`)" if report.model else "")
+    mode = ("replayed measurements" if report.replayed
+            else f"{report.requests_sent} requests sent (budget {report.request_budget})")
+    lines = [
+        f"# llmdoctor {_STATUS_ICON.get(status, '')} {status.upper()} — {where}",
+        "",
+        f"llmdoctor {__version__} · {report.started_at} · {mode} · {report.duration_ms / 1000:.1f} s · "
+        f"exit {report.exit_code} (fail on {report.fail_on})",
+        "",
+    ]
+    if report.interrupted:
+        lines += ["> **Interrupted:** partial report of what was measured so far.", ""]
+    if report.breakdown is not None:
+        lines += _breakdown(report.breakdown)
+    if report.findings:
+        lines += [f"## Diagnosis — {len(report.findings)} finding(s), most costly first", ""]
+        lines += ["| # | Severity | Check | Finding | Impact | Confidence |", "|---:|---|---|---|---:|---|"]
+        for i, f in enumerate(report.findings, 1):
+            lines.append(f"| {i} | {f.severity.value} | {f.check_id} | {_esc(f.title)} | {_ms(f.impact_ms)} | "
+                         f"{f.confidence.value} |")
+        lines.append("")
+        for i, f in enumerate(report.findings, 1):
+            lines += _finding(i, f)
+    else:
+        lines += ["## Diagnosis — no findings: nothing in the checklist fired.", ""]
+    counts: dict[str, int] = defaultdict(int)
+    for o in report.checks:
+        counts[o.status] += 1
+    lines.append(
+        f"**Checks:** {counts[Status.FAILED]} with findings, {counts[Status.PASSED]} passed, "
+        f"{counts[Status.SKIPPED]} skipped, {counts[Status.CRASHED]} crashed"
+    )
+    lines.append("")
+    skipped: dict[str, list[str]] = defaultdict(list)
+    for o in report.checks:
+        if o.status == Status.SKIPPED:
+            skipped[o.reason].append(o.check_id)
+    for reason, ids in skipped.items():
+        lines.append(f"- skipped {', '.join(ids)}: {_esc(reason)}")
+    for o in report.checks:
+        if o.status == Status.CRASHED:
+            lines.append(f"- **crashed** {o.check_id}: {_esc(o.reason)}")
+    return "\n".join(lines).rstrip() + "\n"
