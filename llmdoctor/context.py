@@ -58,6 +58,8 @@ class Context:
     replay_local: bool = False
     on_probe: Callable[[str, str], None] | None = None
     client_factory: Callable[[], Any] | None = None
+    #: Called before every request the probe client sends (e.g. a fleet-wide rate limit).
+    before_send: Callable[[], None] | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
     _client: Any = field(default=None, init=False, repr=False)
     # The perf_counter() instant the run must end by (--deadline, counted from here), or None.
@@ -113,6 +115,7 @@ class Context:
                     ca_bundle=self.options.ca_bundle,
                     deadline_at=self.deadline_at,
                     on_request=self._log_request if self.options.verbose else None,
+                    before_send=self.before_send,
                 )
         return self._client
 

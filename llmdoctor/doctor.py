@@ -29,6 +29,7 @@ def diagnose(
     fail_on: str = "warning",
     recorded: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    before_send: Callable[[], None] | None = None,
 ) -> tuple[Report, Context]:
     """Run the checklist against `target` (or on `recorded` measurements) and rank the findings.
 
@@ -44,7 +45,7 @@ def diagnose(
         if progress:
             progress(f"probing {name}: {description}")
 
-    ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe)
+    ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send)
     outcomes: list[CheckOutcome] = [
         CheckOutcome(e.name, e.name, "plugin failed to load", "endpoint", "crashed", reason=e.reason)
         for e in registry.errors

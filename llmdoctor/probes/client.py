@@ -404,6 +404,7 @@ class ProbeClient:
         insecure: bool = False,
         ca_bundle: str | None = None,
         on_request: Callable[[RequestTiming], None] | None = None,
+        before_send: Callable[[], None] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         trust_env: bool = True,
         deadline_at: float | None = None,
@@ -415,6 +416,8 @@ class ProbeClient:
         self.max_requests = int(max_requests)
         self.max_body_bytes = int(max_body_bytes)
         self.on_request = on_request
+        # Called (outside the lock) before every request that passed the budget: a shared rate limit.
+        self.before_send = before_send
         self.history: list[RequestTiming] = []
         self._sent = 0
         self._lock = threading.Lock()
@@ -650,6 +653,8 @@ class ProbeClient:
             if self._sent >= self.max_requests:
                 raise BudgetExhausted(f"request budget of {self.max_requests} spent; not sending {method} {path}")
             self._sent += 1
+        if self.before_send is not None:
+            self.before_send()
 
     def _attempt(
         self, method: str, url: str, mode: str, content: bytes | None, anonymous: bool = False
