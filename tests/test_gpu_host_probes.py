@@ -136,3 +136,34 @@ def test_missing_pid_is_unavailable() -> None:
     dead.wait()
     with pytest.raises(ProbeUnavailable, match="no such process"):
         host(Context(target=None, options=Options(pid=dead.pid)))
+
+
+def test_host_probe_finds_the_process_listening_on_the_endpoint_port(tmp_path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from llmdoctor.context import Context
+    from llmdoctor.probes.host import host
+    from llmdoctor.target import Options, Target
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
+        result = host(ctx)
+        assert result.server_process is not None and result.server_process.pid == child.pid
+        remote = host(Context(Target(base_url=f"http://192.0.2.10:{port}/v1"), Options()))
+        assert remote.server_process is None  # a remote endpoint's server is never guessed locally
+    finally:
+        child.terminate()
+        child.wait(10)

@@ -9,6 +9,7 @@ a young process is cold-start evidence.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 import time
@@ -125,10 +126,39 @@ def _kind(text: str) -> str | None:
     return None
 
 
-def find_server_process(port: int | None = None) -> tuple[Any, str] | None:
-    """The likeliest inference-server process: one listening on `port` first, else the oldest match."""
+def _listener(port: int) -> Any | None:
+    """The process listening on TCP `port` on this machine, if it can be seen."""
     import psutil
 
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for c in connections:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            try:
+                return psutil.Process(c.pid)
+            except psutil.Error:
+                return None
+    return None
+
+
+def find_server_process(port: int | None = None) -> tuple[Any, str] | None:
+    """The inference-server process: the one listening on `port` when it can be seen, else the oldest name match.
+
+    A listener found on the port is the server whatever its name (``kind`` is then the
+    pattern it matches, or ``"unknown"``).
+    """
+    import psutil
+
+    if port is not None:
+        proc = _listener(port)
+        if proc is not None:
+            try:
+                text = f"{proc.name()} {' '.join(proc.cmdline())}"
+            except psutil.Error:
+                text = ""
+            return proc, _kind(text) or "unknown"
     matches = []
     for proc in psutil.process_iter(["pid", "name", "cmdline", "create_time"]):
         text = f"{proc.info.get('name') or ''} {' '.join(proc.info.get('cmdline') or [])}".strip()
@@ -137,14 +167,6 @@ def find_server_process(port: int | None = None) -> tuple[Any, str] | None:
             matches.append((proc, kind))
     if not matches:
         return None
-    if port is not None:
-        for proc, kind in matches:
-            try:
-                if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-                       for c in proc.net_connections(kind="inet")):
-                    return proc, kind
-            except (psutil.Error, OSError):
-                continue
     return min(matches, key=lambda m: m[0].info.get("create_time") or 0.0)
 
 
@@ -179,9 +201,13 @@ def host(ctx: Context) -> HostResult:
         except psutil.NoSuchProcess:
             raise ProbeUnavailable(f"--pid {ctx.options.pid}: no such process") from None
         source = "pid"
-    else:
-        found = find_server_process(ctx.target.port if ctx.target else None)
-        source = "name" if found else ""
+    elif ctx.target is not None and _is_local(ctx.target.host):
+        # Only a local endpoint has its server process on this machine; a remote endpoint's
+        # server is never guessed from local process names.
+        found = find_server_process(ctx.target.port)
+        if found is not None and found[0].pid == os.getpid():
+            found = None  # the endpoint is served from inside llmdoctor (the embedded simulator)
+        source = "port or name" if found else ""
     if found is not None:
         found[0].cpu_percent(interval=None)  # primes the per-process counter for the window below
     per_cpu = psutil.cpu_percent(interval=0.5, percpu=True)
@@ -212,5 +238,5 @@ def host(ctx: Context) -> HostResult:
         except psutil.NoSuchProcess:
             result.note = "the server process exited while being read"
     elif ctx.options.pid is None:
-        result.note = "no inference-server process found by name; pass --pid"
+        result.note = "no server process found for the endpoint on this machine; pass --pid if it runs here"
     return result
