@@ -128,7 +128,8 @@ def cli() -> None:
       llmdoctor explain LD702                          # what a check means and how to fix it
 
     \b
-    Exit codes: 0 OK · 1 WARNING · 2 CRITICAL · 3 UNKNOWN (bad arguments or input)
+    Exit codes: 0 OK · 1 WARNING · 2 CRITICAL · 3 UNKNOWN (bad arguments or input,
+    or Ctrl-C before anything critical was found: the partial report is printed)
     """
 
 
@@ -173,14 +174,22 @@ def cli() -> None:
               help="Opt-in: wait this long idle, then measure the after-idle penalty.")
 @click.option("--save-measurements", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Save the raw measurements (no secrets) for `llmdoctor replay`.")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(0.5, 86400), default=None, metavar="SECONDS",
+              help="Wall-clock limit for the whole run: no request starts after it, each gets at most the "
+                   "time left; checks whose measurements could not run are skipped (\"deadline reached\").")
+@click.option("--dry-run", is_flag=True,
+              help="Print the requests the run would send (method, URL, body shape, upper bound) and send none.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Log every request on stderr (status, times, headers sent with secrets masked).")
 @_common_output_options
 def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tuple[str, ...], timeout_s: float,
           max_requests: int, samples: int, typical_output_tokens: int, insecure: bool, ca_bundle: str | None,
           logs: tuple[str, ...], journal_unit: str | None, since: str | None, metrics_url: str | None,
           gpu_metrics_url: str | None, pid: int | None, request_files: tuple[str, ...], tokenizer: str | None,
           context_window: int | None, dns_server: str | None, concurrency: int, idle_test_s: float,
-          save_measurements: str | None, as_json: bool, fmt: str | None, output: str | None,
-          select: tuple[str, ...], ignore: tuple[str, ...], fail_on: str) -> None:
+          save_measurements: str | None, deadline_s: float | None, dry_run: bool, verbose: bool, as_json: bool,
+          fmt: str | None, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+          fail_on: str) -> None:
     """Run the checklist against an endpoint and print a ranked diagnosis.
 
     \b
@@ -194,6 +203,12 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
       llmdoctor check --endpoint http://localhost:8000 --model meta-llama/Llama-3.1-8B-Instruct
       llmdoctor check -e https://api.openai.com -m gpt-4o-mini --json -o report.json
       llmdoctor check -e http://gpu-box:8000 --log vllm.log --request req.json --fail-on critical
+      llmdoctor check -e http://gpu-box:8000 --dry-run         # what would be sent, sending nothing
+
+    \b
+    Failure modes (see the README's "Failure modes"): an endpoint that refuses, hangs, drips,
+    redirects, rate-limits or answers garbage is a finding (LD001, exit 2), never a crash.
+    Ctrl-C prints the partial report: exit 3, or 2 if something critical was already found.
     """
     from llmdoctor.target import Options, Target, TargetError, normalize_base_url
 
@@ -205,6 +220,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
         gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
         context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
+        deadline_s=deadline_s, verbose=verbose,
     )
     _validate_inputs(options)
     extra_headers = _parse_headers(headers)
@@ -217,7 +233,20 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
             raise UsageProblem(str(exc)) from None
         target = Target(base_url=base_url, model=model, api_key=os.environ.get(api_key_env) or None,
                         headers=extra_headers)
+        if dry_run:
+            _dry_run(target, options, select, ignore, output)
+            return
         _run(target, options, fmt, output, save_measurements, select, ignore, fail_on)
+
+
+def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:
+    """--dry-run: print the plan of requests for the selected checks; nothing is sent."""
+    from llmdoctor.plan import render_plan
+    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import select as select_checks
+
+    checks = select_checks(load_registry().checks, _split_ids(select), _split_ids(ignore))
+    _emit(render_plan(target, options, [p for c in checks for p in c.requires]), output)
 
 
 @contextlib.contextmanager

@@ -359,7 +359,9 @@ def resolve(ctx: Context) -> DnsResult:
     result.hosts_file_addresses = hosts_file_addresses(host, _read(HOSTS_FILE))
     if result.hosts_file_addresses:
         result.note = f"{HOSTS_FILE} overrides DNS for {host}"
-    result.system_ms, result.system_addresses, result.system_error = _system_lookup(host, port, timeout_s)
+    result.system_ms, result.system_addresses, result.system_error = _system_lookup(
+        host, port, ctx.cap_timeout(timeout_s)
+    )
 
     servers = _servers(ctx, result)
     for server, server_port, source in servers:
@@ -367,7 +369,8 @@ def resolve(ctx: Context) -> DnsResult:
         timing = ResolverTiming(server=label, source=source)
         # A and AAAA go out together, as glibc and most stub resolvers send them.
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(_query, host, t, server, server_port, timeout_s) for t in ("A", "AAAA")]
+            query_timeout = ctx.cap_timeout(timeout_s)  # within --deadline
+            futures = [pool.submit(_query, host, t, server, server_port, query_timeout) for t in ("A", "AAAA")]
             timing.queries = [f.result() for f in futures]
         result.queries_sent += len(timing.queries)
         result.resolvers.append(timing)
@@ -385,6 +388,6 @@ def resolve(ctx: Context) -> DnsResult:
     connect_timeout = min(CONNECT_TIMEOUT_S, ctx.options.timeout_s)
     for family_addresses in by_family.values():
         for addr in family_addresses[:MAX_ADDRESSES_PER_FAMILY]:
-            result.addresses.append(_connect(addr, port, connect_timeout))
+            result.addresses.append(_connect(addr, port, ctx.cap_timeout(connect_timeout)))
     return result
 

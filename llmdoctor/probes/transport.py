@@ -281,16 +281,18 @@ def probe(ctx: Context) -> TransportResult:
     result = TransportResult(host=target.host, port=target.port, scheme=target.scheme)
     result.proxy = proxy_settings(target.scheme, target.host)
     timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.timeout_s)
-    result.address, family = _address(target.host, target.port, timeout_s)
+    result.address, family = _address(target.host, target.port, ctx.cap_timeout(timeout_s))
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.samples))
     for _ in range(samples):
-        _sample(result, family, timeout_s)
+        _sample(result, family, ctx.cap_timeout(timeout_s))
+        if result.errors and "timed out" in result.errors[-1]:
+            break  # a server that lets one exchange time out lets the next ones time out too
     if not result.connect_ms:
         raise ProbeUnavailable(f"cannot connect to {target.host}:{target.port}: {result.errors[-1]}")
     if target.scheme == "https":
         context = _tls_context(ctx)
         for _ in range(TLS_SAMPLES):
-            _tls_sample(result, context, family, timeout_s)
+            _tls_sample(result, context, family, ctx.cap_timeout(timeout_s))
             if result.tls_error:
                 break
 
