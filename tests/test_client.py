@@ -588,3 +588,34 @@ def test_name_resolution_failure_is_dns(monkeypatch):
     with client_for("http://no-such-host.invalid:8000") as c:
         t = c.chat("hi", max_tokens=1)
     assert t.error == ErrorKind.DNS, t
+
+
+def test_recorded_llamacpp_stream_counts_empty_byte_fallback_deltas_as_tokens(servers):
+    """llama-cpp-python streams one chunk per token and no usage; a byte-fallback token that does not
+    complete a character arrives as ``delta: {"content": ""}``. The recorded real stream (max_tokens 8,
+    finish_reason length) has 8 token chunks, one of them empty: all 8 are output tokens."""
+    from pathlib import Path
+
+    raw = (Path(__file__).resolve().parents[1] / "fixtures/llamacpp/chat_stream.sse").read_text()
+    events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    steps = chunked_sse_response(events[:-1], 0.002)
+    srv = servers(play(steps))
+    with client_for(srv) as c:
+        t = c.chat("Why is my endpoint slow?", max_tokens=8)
+    assert t.ok, t
+    assert t.finish_reason == "length" and t.completion_tokens is None
+    assert t.output_tokens == 8 and len(t.token_times_ms) == 8
+    assert t.first_content_ms is not None and t.ttft_ms is not None and t.ttft_ms <= t.first_content_ms
+
+
+def test_role_chunk_and_final_chunk_with_empty_content_are_not_tokens(servers):
+    """vLLM and OpenAI open with ``{"role": "assistant", "content": ""}``; some servers close with an
+    empty content delta next to finish_reason. Neither is a generated token."""
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    last = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]}
+    srv = servers(play(chunked_sse_response([role, content("a"), content("b"), last])))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=2)
+    assert t.ok, t
+    assert t.output_tokens == 2 and len(t.token_times_ms) == 2

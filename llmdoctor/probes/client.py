@@ -334,6 +334,21 @@ def _int(value: Any) -> int | None:
     return int(n) if n is not None and n >= 0 else None
 
 
+def _empty_token_delta(delta: Any, choice: dict[str, Any]) -> bool:
+    """True for ``delta: {"content": ""}`` without a role or finish_reason: a token with no text yet.
+
+    A role chunk (vLLM/OpenAI send ``{"role": "assistant", "content": ""}`` first) and the final
+    chunk are not tokens.
+    """
+    return (
+        isinstance(delta, dict)
+        and delta.get("content") == ""
+        and "role" not in delta
+        and not delta.get("tool_calls")
+        and not choice.get("finish_reason")
+    )
+
+
 def _header_timings(headers: httpx.Headers) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, key in _HEADER_MS.items():
@@ -945,6 +960,11 @@ class ProbeClient:
                 if timing.first_content_ms is None:
                     timing.first_content_ms = now_ms
                 st.keep("content", content)
+                token = True
+            elif _empty_token_delta(delta, choice) and not reasoning:
+                # llama.cpp sends one chunk per generated token; a byte-fallback token that does not
+                # complete a UTF-8 character arrives as an empty content delta. It is still a token.
+                timing.content_events += 1
                 token = True
             if isinstance(reasoning, str) and reasoning:
                 timing.reasoning_events += 1
