@@ -244,3 +244,22 @@ def test_probe_against_the_simulator_sees_our_requests() -> None:
     assert d is not None and d.our_requests == len(base.samples) + len(base.warmup)
     assert d.requests is not None and d.requests >= d.our_requests
     assert d.ttft_ms is not None and d.ttft_ms > 0
+
+
+def test_exporter_on_another_origin_is_counted_and_gets_no_credentials(tmp_path) -> None:
+    """Every request is counted, and the endpoint's key never travels to another host/port."""
+    from llmdoctor.context import Context
+    from llmdoctor.probes.metrics import fetch_text
+    from llmdoctor.target import Options, Target
+    from tests.rawserver import ScriptedServer, http_response, play
+
+    body = "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 97\n"
+    with ScriptedServer(play([(0.0, http_response(200, {"Content-Type": "text/plain"}, body))])) as exporter:
+        ctx = Context(Target(base_url="http://127.0.0.1:9/v1", api_key="canary-key-123",
+                             headers=(("x-api-key", "canary-2"),)), Options())
+        text = fetch_text(ctx, exporter.url + "/metrics")
+        sent = ctx.requests_sent
+        raw = b"".join(exporter.requests).decode("latin-1").lower()
+    assert text is not None and "DCGM_FI_DEV_GPU_UTIL" in text
+    assert sent == 1
+    assert "canary" not in raw and "authorization" not in raw

@@ -17,7 +17,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from llmdoctor.probes.backends import BACKENDS, Backend, detect_backend
 
@@ -302,7 +301,7 @@ def apply_llamacpp_slots(metrics: ServerMetrics, slots: Any) -> None:
 
 # -- fetching ---------------------------------------------------------------------------------------
 def fetch_text(ctx: Context, url_or_path: str) -> str | None:
-    """GET a text document: through the probe client for the endpoint's origin, plain otherwise.
+    """GET a text document through the probe client (timed and counted like every request).
 
     The endpoint's credentials travel only to its own origin; an exporter on
     another host or port (DCGM, a separate metrics port) is read without them.
@@ -310,21 +309,8 @@ def fetch_text(ctx: Context, url_or_path: str) -> str | None:
     if "://" not in url_or_path:
         timing, text = ctx.client.get_text(url_or_path, root=True)
         return text if timing.ok else None
-    target = ctx.target
-    parts, root = urlsplit(url_or_path), urlsplit(target.root_url) if target else None
-    same = root is not None and (parts.scheme, parts.hostname, parts.port) == (
-        root.scheme, root.hostname, root.port)
-    if same and not root.path.strip("/"):
-        path = parts.path + (f"?{parts.query}" if parts.query else "")
-        timing, text = ctx.client.get_text(path, root=True)
-        return text if timing.ok else None
-    import httpx
-
-    try:
-        response = httpx.get(url_or_path, timeout=ctx.options.timeout_s, verify=not ctx.options.insecure)
-    except httpx.HTTPError:
-        return None
-    return response.text if response.status_code == 200 else None
+    timing, text = ctx.client.get_text_url(url_or_path)
+    return text if timing.ok else None
 
 
 def _get_json(ctx: Context, path: str) -> Any | None:
@@ -382,6 +368,8 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
 
     if ctx.target is None and not ctx.options.metrics_url:
         raise ProbeUnavailable("no endpoint given")
+    if not ctx.options.metrics_url and not ctx.get("discovery").reachable:
+        raise ProbeUnavailable("endpoint not reachable")
     url = ctx.options.metrics_url or "/metrics"
     notes: list[str] = []
     before, why = _scrape(ctx, url, None)
