@@ -460,36 +460,53 @@ class LogScanner:
 
     # -- public ---------------------------------------------------------------------------
     def scan_stream(self, stream: BinaryIO, name: str) -> LogFile:
-        """Read a binary stream to its end and record what it contains."""
+        """Read a binary stream to its end and record what it contains.
+
+        Reads into one fixed buffer (`BLOCK` plus room for a partial last line), so memory
+        stays flat whatever the size of the log.
+        """
         info = LogFile(name)
         self._files.append(info)
-        carry = b""
-        line_base = 0  # complete lines before the current block
+        carry_max = MAX_SCAN_LINE * 4
+        buf = bytearray(BLOCK + carry_max)
+        view = memoryview(buf)
+        filled = 0  # bytes of an unfinished line kept at the front of `buf`
+        line_base = 0  # complete lines before `buf`
+        in_giant = False  # inside a line longer than the buffer, whose parts were scanned already
         pending_tb: list[tuple[int, str, str | None, str]] | None = None
-        in_giant = False  # inside a line longer than a block, whose parts were scanned already
-        while True:
-            block = stream.read(BLOCK)
-            if not block:
-                break
-            info.bytes += len(block)
-            buf = carry + block if carry else block
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0:
-                if len(buf) <= MAX_SCAN_LINE * 4:
-                    carry = buf
+        readinto = getattr(stream, "readinto", None)
+        try:
+            while True:
+                if readinto is not None:
+                    n = readinto(view[filled : filled + BLOCK]) or 0
+                else:
+                    chunk = stream.read(BLOCK)
+                    n = len(chunk)
+                    buf[filled : filled + n] = chunk
+                if not n:
+                    break
+                info.bytes += n
+                size = filled + n
+                cut = buf.rfind(b"\n", 0, size) + 1
+                if cut == 0:
+                    if size <= carry_max:
+                        filled = size
+                        continue
+                    # a giant line: scan what we have as a part of it, keep nothing
+                    pending_tb = self._scan_body(bytes(view[:size]) + b"\n", line_base, name, pending_tb)
+                    filled, in_giant = 0, True
                     continue
-                # a giant line without newline: scan what we have as a part of it, keep nothing
-                pending_tb = self._scan_body(buf + b"\n", line_base, name, pending_tb)
-                carry, in_giant = b"", True
-                continue
-            in_giant = False
-            pending_tb = self._scan_body(buf, line_base, name, pending_tb, cut)
-            line_base += buf.count(b"\n", 0, cut)
-            carry = buf[cut:]
-        if carry:
-            pending_tb = self._scan_body(carry + b"\n", line_base, name, pending_tb)
-        if carry or in_giant:
-            line_base += 1
+                in_giant = False
+                pending_tb = self._scan_body(buf, line_base, name, pending_tb, cut)
+                line_base += buf.count(b"\n", 0, cut)
+                filled = size - cut
+                buf[:filled] = view[cut:size]
+            if filled:
+                pending_tb = self._scan_body(bytes(view[:filled]) + b"\n", line_base, name, pending_tb)
+            if filled or in_giant:
+                line_base += 1
+        finally:
+            view.release()
         if pending_tb:
             self._emit_traceback(pending_tb, name)
         info.lines = line_base
@@ -516,7 +533,7 @@ class LogScanner:
     # -- internals ------------------------------------------------------------------------
     def _scan_body(
         self,
-        body: bytes,
+        body: bytes | bytearray,
         line_base: int,
         name: str,
         pending_tb: list[tuple[int, str, str | None, str]] | None,
@@ -551,11 +568,14 @@ class LogScanner:
         return None
 
     @staticmethod
-    def _gate(body: bytes, start: int, size: int) -> list[int]:
+    def _gate(body: bytes | bytearray, start: int, size: int) -> list[int]:
         """Start offsets of the lines in ``body[start:size]`` that contain a gate anchor."""
         found: set[int] = set()
         if _MEMMEM is not None:
-            base = ctypes.cast(ctypes.c_char_p(body), ctypes.c_void_p).value or 0
+            if isinstance(body, bytearray):
+                base = ctypes.addressof((ctypes.c_char * len(body)).from_buffer(body))
+            else:
+                base = ctypes.cast(ctypes.c_char_p(body), ctypes.c_void_p).value or 0
             for anchor in GATE_ANCHORS:
                 off = start
                 while off < size:
@@ -616,7 +636,7 @@ class LogScanner:
 
     def _continue_traceback(
         self,
-        body: bytes,
+        body: bytes | bytearray,
         pos: int,
         lineno: int,
         name: str,
