@@ -111,7 +111,7 @@ class LogErrors(Check):
                 ),
                 impact_ms=round(cold[0] * 1000, 1) if cold is not None else None,
                 impact_basis=(
-                    f"each crash costs a restart: model load {cold[1]}"
+                    f"each crash costs a restart: {cold[1]}"
                     if cold is not None
                     else "requests in flight fail; restart time unknown (no load time in the logs)"
                 ),

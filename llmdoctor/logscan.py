@@ -31,8 +31,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from llmdoctor.redact import MASK
+
 __all__ = [
     "CLASSES",
+    "MASK",
     "GPU_OOM",
     "HOST_OOM",
     "GPU_ERROR",
@@ -143,7 +146,8 @@ _TIMESTAMP = re.compile(
 _LLAMACPP_ELAPSED = re.compile(r"^(\d+)\.(\d\d)\.(\d\d\d)\.\d\d\d [IWED] ")
 
 # --- secrets -----------------------------------------------------------------------------
-MASK = "***redacted***"
+# Same mask as everything else llmdoctor prints; log lines carry secrets nobody told us about,
+# so they are found by shape (the probe client's `Redactor` masks the known ones).
 _SECRETS = (
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"), rf"\1 {MASK}"),
     (re.compile(r"(?i)\b(authorization|x-api-key|api-key|cookie)(\"?\s*[:=]\s*\"?)[^\s\",;}]+"), rf"\1\2{MASK}"),
