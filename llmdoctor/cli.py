@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from llmdoctor import __version__
+from llmdoctor.cli_gate import compare, gate_options, replay_gate_options
 
 __all__ = ["main", "cli"]
 
@@ -71,14 +72,15 @@ def _progress(enabled: bool) -> Any:
     return update
 
 
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "markdown", "junit", "html")
 
 
-def _render_and_exit(report: Any, ctx: Any, fmt: str, output: str | None, save: str | None) -> NoReturn:
+def _render_and_exit(report: Any, ctx: Any, fmt: str, output: str | None,
+                     save: str | Sequence[str] | None) -> NoReturn:
     from llmdoctor.render import render
 
-    if save:
-        _save_measurements(report, ctx, save)
+    for path in [save] if isinstance(save, str) else save or ():
+        _save_measurements(report, ctx, path)
     _emit(render(report, fmt), output)
     sys.exit(report.exit_code)
 
@@ -181,6 +183,7 @@ def cli() -> None:
               help="Print the requests the run would send (method, URL, body shape, upper bound) and send none.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Log every request on stderr (status, times, headers sent with secrets masked).")
+@gate_options
 @_common_output_options
 def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tuple[str, ...], timeout_s: float,
           max_requests: int, samples: int, typical_output_tokens: int, insecure: bool, ca_bundle: str | None,
@@ -189,7 +192,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
           context_window: int | None, dns_server: str | None, concurrency: int, idle_test_s: float,
           save_measurements: str | None, deadline_s: float | None, dry_run: bool, verbose: bool, as_json: bool,
           fmt: str | None, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-          fail_on: str) -> None:
+          fail_on: str, **gate: Any) -> None:
     """Run the checklist against an endpoint and print a ranked diagnosis.
 
     \b
@@ -204,12 +207,15 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
       llmdoctor check -e https://api.openai.com -m gpt-4o-mini --json -o report.json
       llmdoctor check -e http://gpu-box:8000 --log vllm.log --request req.json --fail-on critical
       llmdoctor check -e http://gpu-box:8000 --dry-run         # what would be sent, sending nothing
+      llmdoctor check -e URL --slo ttft_p90=800ms --compare baseline.json --format junit -o llmdoctor.xml
+      llmdoctor check --endpoints fleet.toml --json            # a fleet, one JSON report per line
 
     \b
     Failure modes (see the README's "Failure modes"): an endpoint that refuses, hangs, drips,
     redirects, rate-limits or answers garbage is a finding (LD001, exit 2), never a crash.
     Ctrl-C prints the partial report: exit 3, or 2 if something critical was already found.
     """
+    from llmdoctor.cli_gate import apply_gate, require_format, run_modes
     from llmdoctor.target import Options, Target, TargetError, normalize_base_url
 
     if fmt is None:
@@ -224,6 +230,10 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     )
     _validate_inputs(options)
     extra_headers = _parse_headers(headers)
+    require_format(fmt)
+    options = apply_gate(options, gate["slos"], gate["compare_file"])
+    run_modes({"endpoint": endpoint, "model": model, "api_key_env": api_key_env, "headers": extra_headers},
+              options, fmt, output, gate, select, ignore, fail_on)
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             endpoint = stack.enter_context(_demo_server("demo", announce=fmt == "text"))
@@ -236,7 +246,10 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         if dry_run:
             _dry_run(target, options, select, ignore, output)
             return
-        _run(target, options, fmt, output, save_measurements, select, ignore, fail_on)
+        saves = [p for p in (save_measurements, gate["save_baseline"]) if p]
+        if gate["save_baseline"] and select:  # a baseline needs the baseline and sweep probes measured
+            select = (*select, "LD701", "LD702")
+        _run(target, options, fmt, output, saves, select, ignore, fail_on)
 
 
 def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:
@@ -333,16 +346,25 @@ def explain(check_id: str) -> None:
 
 @cli.command()
 @click.argument("recording", type=click.Path(exists=True, dir_okay=False))
+@replay_gate_options
 @_common_output_options
 def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, select: tuple[str, ...],
-           ignore: tuple[str, ...], fail_on: str) -> None:
-    """Re-run the checks offline on measurements saved with --save-measurements."""
+           ignore: tuple[str, ...], fail_on: str, slos: tuple[str, ...], compare_file: str | None) -> None:
+    """Re-run the checks offline on measurements saved with --save-measurements.
+
+    With --slo / --compare, judge the recorded measurements by these objectives or this baseline.
+    """
+    from llmdoctor.cli_gate import apply_gate, inject_reference, require_format
     from llmdoctor.recording import RecordingError, load_recording
 
     try:
         target, options, measurements = load_recording(recording)
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
+    require_format(fmt or "text")
+    if slos or compare_file:
+        options = apply_gate(options, slos, compare_file or options.compare_file)
+        measurements = inject_reference(measurements, compare_file)
     _run(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
          recorded=measurements)
 
@@ -396,6 +418,9 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
         click.echo(f"llmdoctor simulator '{profile}' serving {url}/v1 (Ctrl-C to stop)", err=True)
 
     serve_forever(sim_profile, host, port, ready_callback=ready)
+
+
+cli.add_command(compare)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

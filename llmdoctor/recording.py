@@ -27,6 +27,20 @@ class RecordingError(ValueError):
     """The recording cannot be read (one-line message)."""
 
 
+def _scrub_url(url: str) -> str:
+    """A URL without user:password@ and without a query string (either may hold a token)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _scrub_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as saved: URLs given on the command line lose their credentials."""
+    return {k: _scrub_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
+
+
 def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
     """The recording of a finished run, as plain JSON data."""
     data = {
@@ -36,7 +50,7 @@ def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
         "recorded_at": report.started_at,
         "endpoint": report.endpoint,
         "model": report.model,
-        "options": to_data(ctx.options),
+        "options": _scrub_options(to_data(ctx.options)),
         "measurements": ctx.measurements(),
     }
     redactor = getattr(ctx._client, "redactor", None)

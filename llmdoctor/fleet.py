@@ -1,0 +1,181 @@
+"""Fleets: diagnose several endpoints at once, with one bounded total request rate.
+
+The endpoints file is either one URL per line (``#`` comments allowed) or a
+TOML file with one table per endpoint::
+
+    [endpoints.prod]
+    url = "https://llm.example.com"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    api_key_env = "PROD_LLM_KEY"
+
+Each endpoint is diagnosed in its own thread with its own context and probe
+client; a shared `RateLimiter` spaces the requests of all threads so that the
+fleet as a whole never sends more than ``--rate`` requests per second.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llmdoctor.report import ExitCode, Report
+from llmdoctor.target import Options, Target, TargetError, normalize_base_url
+
+__all__ = ["FleetEntry", "FleetError", "RateLimiter", "load_endpoints", "run_fleet", "worst_exit_code"]
+
+# Icinga's aggregation order: OK < WARNING < UNKNOWN < CRITICAL.
+_SEVERITY_ORDER = {ExitCode.OK: 0, ExitCode.WARNING: 1, ExitCode.UNKNOWN: 2, ExitCode.CRITICAL: 3}
+
+
+class FleetError(ValueError):
+    """The endpoints file cannot be used (one-line message)."""
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """One endpoint of the fleet."""
+
+    name: str
+    url: str
+    model: str | None = None
+    api_key_env: str | None = None
+
+
+class RateLimiter:
+    """Spaces calls to at most `rate` per second across threads (no burst)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be > 0")
+        self.interval = 1.0 / rate
+        self._next = 0.0
+        self._lock = threading.Lock()
+        self._clock, self._sleep = clock, sleep
+
+    def acquire(self) -> None:
+        """Block until this caller's slot comes."""
+        with self._lock:
+            now = self._clock()
+            slot = max(now, self._next)
+            self._next = slot + self.interval
+        wait = slot - now
+        if wait > 0:
+            self._sleep(wait)
+
+
+def _toml_entries(text: str, path: str) -> list[FleetEntry]:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FleetError(f"--endpoints {path} is not valid TOML: {exc}") from None
+    table = data.get("endpoints")
+    if not isinstance(table, dict) or not table:
+        raise FleetError(f"--endpoints {path}: expected [endpoints.NAME] tables with a url")
+    entries = []
+    for name, spec in table.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+            raise FleetError(f"--endpoints {path}: endpoint {name!r} has no url")
+        key_env = spec.get("api_key_env", spec.get("api-key-env"))
+        model = spec.get("model")
+        entries.append(FleetEntry(name, spec["url"], model if isinstance(model, str) else None,
+                                  key_env if isinstance(key_env, str) else None))
+    return entries
+
+
+def load_endpoints(path: str) -> list[FleetEntry]:
+    """Read an endpoints file (one URL per line, or TOML ``[endpoints.NAME]`` tables)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise FleetError(f"cannot read --endpoints {path}: {exc.strerror}") from None
+    stripped = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if path.endswith(".toml") or any(ln.startswith("[") for ln in stripped):
+        entries = _toml_entries(text, path)
+    else:
+        entries = [FleetEntry(ln.split()[0], ln.split()[0]) for ln in stripped]
+    if not entries:
+        raise FleetError(f"--endpoints {path} lists no endpoint")
+    for e in entries:
+        try:
+            normalize_base_url(e.url)
+        except TargetError as exc:
+            raise FleetError(f"--endpoints {path}: {e.name}: {exc}") from None
+    return entries
+
+
+def worst_exit_code(codes: Sequence[int]) -> int:
+    """The worst of several exit codes (OK < WARNING < UNKNOWN < CRITICAL)."""
+    return max(codes, key=lambda c: _SEVERITY_ORDER.get(c, 2), default=ExitCode.OK)
+
+
+def run_fleet(
+    entries: Sequence[FleetEntry],
+    options: Options,
+    *,
+    default_model: str | None,
+    default_key_env: str,
+    headers: tuple[tuple[str, str], ...] = (),
+    rate: float = 5.0,
+    workers: int = 8,
+    selected: Sequence[str] = (),
+    ignored: Sequence[str] = (),
+    fail_on: str = "warning",
+    on_done: Callable[[FleetEntry, Report | None, str], None] | None = None,
+) -> list[tuple[FleetEntry, Report | None, str]]:
+    """Diagnose every entry concurrently; returns (entry, report or None, error) in file order."""
+    from llmdoctor.doctor import diagnose
+
+    limiter = RateLimiter(rate)
+
+    def one(entry: FleetEntry) -> tuple[FleetEntry, Report | None, str]:
+        try:
+            key_env = entry.api_key_env or default_key_env
+            target = Target(base_url=normalize_base_url(entry.url), model=entry.model or default_model,
+                            api_key=os.environ.get(key_env) or None, headers=headers)
+            report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
+                                 before_send=limiter.acquire)
+            result: tuple[FleetEntry, Report | None, str] = (entry, report, "")
+        except Exception as exc:  # noqa: BLE001 - one endpoint must not stop the fleet
+            result = (entry, None, f"{type(exc).__name__}: {exc}")
+        if on_done is not None:
+            on_done(*result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries)))) as pool:
+        return list(pool.map(one, entries))
+
+
+def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Any:
+    """A rich table summarising the fleet, one row per endpoint."""
+    from rich.table import Table
+
+    table = Table(title="llmdoctor fleet", show_lines=False)
+    for col, justify in (("endpoint", "left"), ("status", "left"), ("exit", "right"), ("findings", "right"),
+                         ("TTFT p50", "right"), ("total p50", "right"), ("requests", "right"),
+                         ("top finding", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for entry, report, error in results:
+        label = entry.name if entry.name == entry.url else f"{entry.name} ({entry.url})"
+        if report is None:
+            table.add_row(label, "UNKNOWN", "3", "—", "—", "—", "—", error)
+            continue
+        b = report.breakdown
+        ttft = "—" if b is None or b.ttft_p50_ms is None else f"{b.ttft_p50_ms:,.0f} ms"
+        total = "—" if b is None or b.total_p50_ms is None else f"{b.total_p50_ms:,.0f} ms"
+        top = f"{report.findings[0].check_id} {report.findings[0].title}" if report.findings else ""
+        table.add_row(label, report.status.upper(), str(report.exit_code), str(len(report.findings)), ttft, total,
+                      str(report.requests_sent), top)
+    return table

@@ -1,0 +1,179 @@
+"""Side by side: the same probes against two endpoints, interleaved, compared phase by phase.
+
+The article's isolation test: run the production endpoint and the same model
+in a clean environment (or two backends) with identical minimal requests,
+alternating A, B, A, B … so that drift over time (load, thermal state, the
+network) hits both alike. Every phase of the waterfall, time to first token
+and total are then compared with the same noise-aware test as baselines
+(`llmdoctor.regress`): a difference counts only when the rank test and the
+bootstrap interval both say so, and it is larger than the minimum effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmdoctor.breakdown import waterfall
+from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK, describe_failure
+from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.regress import Comparison, Verdict, compare_samples
+from llmdoctor.target import Options, Target
+
+__all__ = ["SideBySide", "Side", "run_side_by_side", "to_dict", "FORMAT"]
+
+FORMAT = "llmdoctor-compare"
+VERSION = "1.0"
+
+
+@dataclass
+class Side:
+    """One endpoint's samples (warm-up excluded)."""
+
+    label: str
+    endpoint: str
+    model: str | None = None
+    samples: list[RequestTiming] = field(default_factory=list)
+    error: str = ""
+    requests_sent: int = 0
+
+    @property
+    def ok(self) -> list[RequestTiming]:
+        """Samples that completed."""
+        return [s for s in self.samples if s.ok and s.total_ms is not None]
+
+
+@dataclass
+class SideBySide:
+    """Both sides and the per-metric comparisons (B relative to A)."""
+
+    a: Side
+    b: Side
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0: no significant difference; 1: a significant difference; 3: could not measure."""
+        if self.a.error or self.b.error:
+            return 3
+        return 1 if any(c.significant for c in self.comparisons) else 0
+
+
+def _phase_samples(side: Side) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"ttft": [], "total": []}
+    for t in side.ok:
+        if t.ttft_ms is not None:
+            out["ttft"].append(t.ttft_ms)
+        out["total"].append(t.total_ms or 0.0)
+        for p in waterfall(t):
+            out.setdefault(p.name, []).append(p.ms)
+    return out
+
+
+def run_side_by_side(
+    targets: Sequence[Target], options: Options, *, min_rel: float = 0.10, min_abs_ms: float = 5.0
+) -> SideBySide:
+    """Discover both endpoints, warm each up, then alternate single "Say ok." requests A, B, A, B …"""
+    from llmdoctor.context import Context, ProbeUnavailable
+
+    sides = [Side(label, t.base_url) for label, t in zip("AB", targets)]
+    ctxs = [Context(target=t, options=options) for t in targets]
+    try:
+        models: list[str | None] = []
+        for side, ctx in zip(sides, ctxs):
+            try:
+                info = ctx.get("discovery")
+                if not info.reachable or info.model is None:
+                    raise ProbeUnavailable(f"not usable: {describe_failure(info.models_timing)}"
+                                           if not info.reachable else "no model; pass --model")
+                side.model = info.model
+                for _ in range(max(1, options.warmup)):
+                    ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, extra={"model": info.model})
+            except ProbeUnavailable as exc:
+                side.error = exc.reason
+            except Exception as exc:  # noqa: BLE001 - report, never crash
+                side.error = f"{type(exc).__name__}: {exc}"
+            models.append(side.model)
+        if not any(s.error for s in sides):
+            for _ in range(options.samples):
+                for side, ctx in zip(sides, ctxs):
+                    try:
+                        side.samples.append(ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS,
+                                                            extra={"model": side.model}))
+                    except Exception as exc:  # noqa: BLE001 - budget or deadline: stop both sides
+                        side.error = f"{type(exc).__name__}: {exc}"
+                if any(s.error for s in sides):
+                    break
+    finally:
+        for side, ctx in zip(sides, ctxs):
+            side.requests_sent = ctx.requests_sent
+            ctx.close()
+    result = SideBySide(sides[0], sides[1])
+    if not any(s.error for s in sides):
+        pa, pb = _phase_samples(sides[0]), _phase_samples(sides[1])
+        for metric in ("ttft", "total", *[k for k in pa if k not in ("ttft", "total")]):
+            if metric in pb:
+                result.comparisons.append(compare_samples(metric, pa[metric], pb[metric], min_rel=min_rel,
+                                                          min_abs_ms=min_abs_ms))
+    return result
+
+
+def _r(v: float | None, d: int = 2) -> float | None:
+    return None if v is None else round(v, d)
+
+
+def to_dict(result: SideBySide) -> dict[str, Any]:
+    """The comparison as JSON data (``format: llmdoctor-compare``; schema in schema/compare.schema.json)."""
+    from llmdoctor import __version__
+
+    def side(s: Side) -> dict[str, Any]:
+        return {"label": s.label, "endpoint": s.endpoint, "model": s.model, "samples": len(s.ok),
+                "requests_sent": s.requests_sent, "error": s.error}
+
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "tool": {"name": "llmdoctor", "version": __version__},
+        "exit_code": result.exit_code,
+        "a": side(result.a),
+        "b": side(result.b),
+        "comparisons": [
+            {"metric": c.metric, "verdict": c.verdict, "a_ms": _r(c.before_ms), "b_ms": _r(c.after_ms),
+             "diff_ms": _r(c.diff_ms), "ci_low_ms": _r(c.ci_low_ms), "ci_high_ms": _r(c.ci_high_ms),
+             "level": c.level, "p_value": None if c.p_value is None else float(f"{c.p_value:.3g}"),
+             "min_effect_ms": _r(c.min_effect_ms), "n_a": c.n_before, "n_b": c.n_after, "test": c.test}
+            for c in result.comparisons
+        ],
+    }
+
+
+def render_text(result: SideBySide) -> str:
+    """A rich table of the comparison, as plain text."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, no_color=True, highlight=False)
+    for s in (result.a, result.b):
+        console.print(f"{s.label}: {s.endpoint}" + (f" (model {s.model})" if s.model else "")
+                      + (f" — {len(s.ok)} samples" if not s.error else f" — ERROR: {s.error}"))
+    if result.comparisons:
+        table = Table(title="Side by side, interleaved A, B, A, B … (B relative to A)")
+        for col in ("phase", "A median", "B median", "B − A", "95% interval", "p", "verdict"):
+            table.add_column(col, justify="left" if col in ("phase", "verdict") else "right")
+        for c in result.comparisons:
+            verdict = {Verdict.REGRESSION: "B SLOWER", Verdict.IMPROVEMENT: "B FASTER",
+                       Verdict.NO_CHANGE: "same (within noise)", Verdict.INSUFFICIENT: "too few samples"}[c.verdict]
+            interval = "—" if c.ci_low_ms is None else f"{c.ci_low_ms:+,.1f}..{c.ci_high_ms:+,.1f} ms"
+            table.add_row(c.metric, f"{c.before_ms:,.1f} ms" if c.before_ms is not None else "—",
+                          f"{c.after_ms:,.1f} ms" if c.after_ms is not None else "—",
+                          f"{c.diff_ms:+,.1f} ms" if c.diff_ms is not None else "—", interval,
+                          "—" if c.p_value is None else f"{c.p_value:.2g}", verdict)
+        console.print(table)
+    differs = [c.metric for c in result.comparisons if c.significant]
+    console.print(f"Result: {'differs in ' + ', '.join(differs) if differs else 'no difference beyond noise'}"
+                  f" (exit {result.exit_code})")
+    return buf.getvalue()
