@@ -62,6 +62,7 @@ class Context:
     before_send: Callable[[], None] | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
     _client: Any = field(default=None, init=False, repr=False)
+    _raw_connections: int = field(default=0, init=False, repr=False)
     # The perf_counter() instant the run must end by (--deadline, counted from here), or None.
     deadline_at: float | None = field(default=None, init=False, repr=False)
 
@@ -125,6 +126,15 @@ class Context:
 
         line = describe_request(timing, self._client.request_headers if self._client is not None else {})
         print(self._redact(f"llmdoctor: {line}"), file=sys.stderr, flush=True)
+
+    def note_raw_connections(self, count: int) -> None:
+        """Record TCP connections a probe opened outside the HTTP client (reported with the requests)."""
+        self._raw_connections += count
+
+    @property
+    def raw_connections(self) -> int:
+        """TCP connections opened outside the probe client (transport samples), this run."""
+        return self._raw_connections
 
     @property
     def requests_sent(self) -> int:

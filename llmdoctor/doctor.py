@@ -67,6 +67,7 @@ def diagnose(
         started_at=started_at,
         duration_ms=(time.perf_counter() - started) * 1000,
         requests_sent=ctx.requests_sent,
+        raw_connections=ctx.raw_connections,
         request_budget=options.max_requests,
         findings=findings,
         checks=outcomes,

@@ -73,6 +73,7 @@ class Report:
     findings: list[Finding]
     checks: list[CheckOutcome]
     probes: list[ProbeStatus]
+    raw_connections: int = 0
     breakdown: Breakdown | None = None
     fail_on: str = "warning"
     replayed: bool = False

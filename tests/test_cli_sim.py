@@ -105,3 +105,13 @@ def test_demo_runs_without_a_server() -> None:
     report = json.loads(result.out)
     validate_report(report)
     assert {"LD301", "LD702"} <= set(finding_ids(report))
+
+
+def test_default_check_reports_every_request_and_connection_the_server_saw(capsys: pytest.CaptureFixture[str]) -> None:
+    with SimServer(get_profile("healthy")) as server:
+        result = run_cli(capsys, "check", "-e", server.url, "--json")
+        requests, connections = server.requests_received, server.connections_accepted
+    sent = result.report["requests"]
+    assert sent["sent"] == requests <= 25
+    # one keep-alive connection for every HTTP request, plus the transport probe's bare TCP samples
+    assert sent["raw_connections"] >= 3 and connections == sent["raw_connections"] + 1

@@ -272,13 +272,27 @@ def _tls_sample(result: TransportResult, context: ssl.SSLContext, family: int, t
 
 
 def probe(ctx: Context) -> TransportResult:
-    """Measure round trip, TLS and keep-alive towards the endpoint (see the module docstring)."""
+    """Measure round trip, TLS and keep-alive towards the endpoint (see the module docstring).
+
+    Every TCP connection it opens is reported to the context, whether the probe succeeds or not.
+    """
     from llmdoctor.context import ProbeUnavailable
 
     if ctx.target is None:
         raise ProbeUnavailable("no endpoint given")
     target = ctx.target
     result = TransportResult(host=target.host, port=target.port, scheme=target.scheme)
+    try:
+        return _measure(ctx, result)
+    finally:
+        ctx.note_raw_connections(result.tcp_connections)
+
+
+def _measure(ctx: Context, result: TransportResult) -> TransportResult:
+    from llmdoctor.context import ProbeUnavailable
+
+    target = ctx.target
+    assert target is not None
     result.proxy = proxy_settings(target.scheme, target.host)
     timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.timeout_s)
     result.address, family = _address(target.host, target.port, ctx.cap_timeout(timeout_s))

@@ -79,7 +79,11 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "fail_on": report.fail_on,
         "replayed": report.replayed,
         "interrupted": report.interrupted,
-        "requests": {"sent": report.requests_sent, "budget": report.request_budget},
+        "requests": {
+            "sent": report.requests_sent,
+            "budget": report.request_budget,
+            "raw_connections": report.raw_connections,
+        },
         "breakdown": breakdown,
         "findings": [_finding(f, i + 1) for i, f in enumerate(report.findings)],
         "checks": [

@@ -95,6 +95,8 @@ def print_terminal(report: Report, console: Console) -> None:
         mode = "replayed measurements"
     else:
         mode = f"{report.requests_sent} requests sent (budget {report.request_budget})"
+        if report.raw_connections:
+            mode += f" + {report.raw_connections} bare TCP connections"
     elapsed = f" · {mode} · {report.duration_ms / 1000:.1f} s"
     console.print(Text.assemble(("llmdoctor ", "bold"), __version__, " — ", (where, "bold"), elapsed))
     if report.interrupted:
