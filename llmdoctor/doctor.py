@@ -43,7 +43,7 @@ def diagnose(
 
     def on_probe(name: str, description: str) -> None:
         if progress:
-            progress(f"probing {name}: {description}")
+            progress(f"probing {name}: {description} · {ctx.requests_sent} requests sent so far")
 
     ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send)
     outcomes: list[CheckOutcome] = [
