@@ -13,6 +13,7 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.context import Context
+from llmdoctor.redact import Redactor
 from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import Options, Target
@@ -36,6 +37,22 @@ def _scrub_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def _url_secrets(options: Options) -> list[str]:
+    """Passwords and query values of the URL options (metrics endpoints behind a token)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    secrets: list[str] = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if not f.name.endswith("_url") or not isinstance(value, str):
+            continue
+        parts = urlsplit(value)
+        if parts.password:
+            secrets.append(parts.password)
+        secrets += [v for _, v in parse_qsl(parts.query) if v]
+    return secrets
+
+
 def _scrub_options(options: dict[str, Any]) -> dict[str, Any]:
     """Options as saved: URLs given on the command line lose their credentials."""
     return {k: _scrub_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
@@ -54,7 +71,11 @@ def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
         "measurements": ctx.measurements(),
     }
     redactor = getattr(ctx._client, "redactor", None)
-    return redactor.obj(data) if redactor is not None else data
+    if redactor is not None:
+        data = redactor.obj(data)
+    # Credentials inside URLs given on the command line (user:password@, ?token=) wherever probes echoed them.
+    url_secrets = _url_secrets(ctx.options)
+    return Redactor(url_secrets).obj(data) if url_secrets else data
 
 
 def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
