@@ -3,14 +3,16 @@
 One `ProbeClient` per run. Each request
 
 - counts against a budget (`max_requests`); `BudgetExhausted` is raised *before* sending;
-- is timed phase by phase from its own start with ``time.perf_counter()``: TCP connect and
-  TLS handshake (httpcore trace events), request sent, response headers (TTFB), first token
-  and every token event of an SSE stream, end of body;
+- is timed phase by phase with ``time.perf_counter()`` from where it reaches the network
+  (connect, or the first header byte on a pooled connection): TCP connect and TLS handshake
+  (httpcore trace events), request sent, response headers (TTFB), first token and every
+  token event of an SSE stream, end of body;
 - is refused (`DeadlineReached`, before sending) once the run's deadline (``--deadline``) has
   passed, and otherwise gets at most the time left to the run as its own deadline;
 - on 429 or 503 with a ``Retry-After`` of at most `MAX_RETRY_AFTER_S` seconds that fits in the
-  budget and the deadline, waits that long and retries once (both requests count); without
-  ``Retry-After`` it does not retry: the doctor reports rate limiting instead of hammering;
+  budget and the deadline, waits that long and retries once (both requests count); it backs off
+  like this once per run, and never without ``Retry-After``: the doctor reports rate limiting or
+  unavailability instead of hammering;
 - is bounded: a wall-clock deadline of `timeout_s` for the whole request (httpx's timeouts are
   per read, so a server dripping one byte a second would otherwise never time out), a maximum
   body size, a maximum SSE line length;
@@ -72,6 +74,8 @@ MAX_RETRY_AFTER_S = 10.0
 # A request is not started with less time than this left before the run's deadline.
 MIN_REQUEST_S = 0.05
 _BACKOFF_STATUSES = (429, 503)
+# httpcore trace events that mark a request's first contact with the network.
+_NETWORK_START = ("connection.connect_tcp.started", "http11.send_request_headers.started")
 
 # Server timing hints sent as response headers.
 # TGI (huggingface/text-generation-inference, router/src/server.rs, `generate`): x-total-time,
@@ -435,6 +439,7 @@ class ProbeClient:
         self.before_send = before_send
         self.history: list[RequestTiming] = []
         self._sent = 0
+        self._backed_off = False
         self._lock = threading.Lock()
         self._deadline = _Deadline()
 
@@ -629,9 +634,10 @@ class ProbeClient:
             # this once on a new connection. Both attempts stay in `history` and count.
             self._take_budget(method, path)
             timing, payload = self._attempt(method, url, mode, content, anonymous)
-        elif timing.status in _BACKOFF_STATUSES:
+        elif timing.status in _BACKOFF_STATUSES and not self._backed_off:
             wait = self._backoff(timing)
             if wait is not None:
+                self._backed_off = True  # one back-off per run: a server that keeps refusing is reported
                 time.sleep(wait)
                 self._take_budget(method, path)
                 first = timing
@@ -704,7 +710,13 @@ class ProbeClient:
                 response = self._client.send(request, stream=True)
             except httpx.HTTPError as exc:
                 timing.error, timing.error_detail = _classify(exc)
-            else:
+            # The clock starts where the request reaches the network (TCP connect, or its first
+            # header byte on a pooled connection), not before httpx's own Python work (pool
+            # lookup, ~0.2 ms), which curl does not pay and which is no part of the endpoint.
+            net = min((marks[k] for k in _NETWORK_START if k in marks), default=t0)
+            timing.started_at += net - t0
+            t0 = net
+            if response is not None:
                 payload = self._handle_response(response, timing, t0, deadline, marks, mode)
         except Exception as exc:  # never let endpoint trouble escape as an exception
             timing.error = ErrorKind.OTHER
