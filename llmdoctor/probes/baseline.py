@@ -159,7 +159,19 @@ class SweepResult:
 
 
 def _rejects_ignore_eos(timing: RequestTiming) -> bool:
-    return timing.status in (400, 422) and "ignore_eos" in timing.error_detail
+    detail = timing.error_detail
+    return timing.status in (400, 422) and ("ignore_eos" in detail or "min_tokens" in detail)
+
+
+def _force_length(extra: dict[str, object], max_tokens: int) -> None:
+    """Ask for exactly `max_tokens`: ``ignore_eos`` (vLLM, SGLang, TGI) and ``min_tokens``.
+
+    llama.cpp's servers accept ``ignore_eos`` silently and do nothing with it (llama-cpp-python
+    0.3.36, recorded in fixtures/llamacpp/README.md) but honour ``min_tokens``; vLLM and SGLang
+    honour both.
+    """
+    extra["ignore_eos"] = True
+    extra["min_tokens"] = max_tokens
 
 
 def sweep(ctx: Context) -> SweepResult:
@@ -170,11 +182,12 @@ def sweep(ctx: Context) -> SweepResult:
         for max_tokens in ctx.options.sweep_max_tokens:
             extra = {"model": base.model, "temperature": 0}
             if result.ignore_eos:
-                extra["ignore_eos"] = True
+                _force_length(extra, max_tokens)
             timing = ctx.client.chat(SWEEP_PROMPT, max_tokens=max_tokens, stream=True, extra=extra)
             if result.ignore_eos and _rejects_ignore_eos(timing):
                 result.ignore_eos = False
                 extra.pop("ignore_eos")
+                extra.pop("min_tokens")
                 timing = ctx.client.chat(SWEEP_PROMPT, max_tokens=max_tokens, stream=True, extra=extra)
             result.points.append(SweepPoint(max_tokens, timing))
             if timing.status in _STOP_STATUSES:

@@ -17,7 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LatencyProfile", "PROFILES", "get_profile"]
+__all__ = ["FLAVORS", "LatencyProfile", "PROFILES", "get_profile"]
+
+#: Servers the simulator can impersonate (`LatencyProfile.flavor`).
+FLAVORS = ("vllm", "tgi", "ollama", "llamacpp")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ class LatencyProfile:
     model: str = "sim-model"
     #: Reasoning tokens (`delta.reasoning_content`) emitted before the answer, chat only.
     reasoning_tokens: int = 0
+    #: Which server the simulator impersonates beyond the OpenAI routes (`FLAVORS`): its /metrics
+    #: names and native APIs (TGI /generate, Ollama /api/*, llama.cpp /props, /slots, timings).
+    flavor: str = "vllm"
+    #: False: ``ignore_eos`` is accepted and ignored (llama-cpp-python); ``min_tokens`` always works.
+    honours_ignore_eos: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -84,6 +92,8 @@ class LatencyProfile:
             raise ValueError("stream_cut_after must be >= 0 or None")
         if self.reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be >= 0")
+        if self.flavor not in FLAVORS:
+            raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}, got {self.flavor!r}")
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
             raise ValueError(f"fail_status must be an HTTP error status (400-599), got {self.fail_status!r}")
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from llmdoctor.sim import native
 from llmdoctor.sim import tokens as tok
 from llmdoctor.sim.profiles import LatencyProfile
 
@@ -294,6 +295,9 @@ class _Engine:
                     self.queue_time.lines("vllm:request_queue_time_seconds", labels),
                 ),
             ]
+            flavored = native.metrics_families(self, kv)
+        if flavored is not None:
+            families = flavored
         out: list[str] = []
         for name, kind, help_text, samples in families:
             out.append(f"# HELP {name} {help_text}")
@@ -404,7 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(400, _ApiError(400, f"Bad request body: {exc}").body)
             return
         req = _Request(self.command, path, self.headers, body, arrived_at)
-        methods = _ROUTES.get(path)
+        methods = _routes(self.sim.profile.flavor).get(path)
         try:
             if methods is None:
                 raise _ApiError(404, f"Not found: {path}", code="not_found")
@@ -551,6 +555,8 @@ def _health(h: _Handler, req: _Request) -> None:
 
 
 def _metrics(h: _Handler, req: _Request) -> None:
+    if h.sim.profile.flavor == "ollama":  # Ollama has no Prometheus endpoint
+        raise _ApiError(404, "404 page not found", code="not_found")
     h.send_body(200, h.engine.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -644,7 +650,11 @@ def _plan(h: _Handler, data: dict[str, Any], chat: bool) -> _Plan:
         )
     limit = max_tokens if max_tokens is not None else p.context_window - prompt_tokens
     reasoning_wanted = p.reasoning_tokens if chat else 0
-    wanted = math.inf if data.get("ignore_eos") else reasoning_wanted + p.natural_output_tokens
+    forced = bool(data.get("ignore_eos")) and p.honours_ignore_eos
+    wanted = math.inf if forced else reasoning_wanted + p.natural_output_tokens
+    min_tokens = data.get("min_tokens")
+    if isinstance(min_tokens, int) and not isinstance(min_tokens, bool) and min_tokens > 0:
+        wanted = max(wanted, min_tokens)  # vLLM, SGLang, llama.cpp: no EOS before min_tokens
     total = int(min(wanted, limit))
     n_reasoning = min(reasoning_wanted, total)
     stream_options = data.get("stream_options") or {}
@@ -750,8 +760,16 @@ def _generate(h: _Handler, req: _Request, chat: bool) -> None:
         if p.stream_cut_after is not None and len(pieces) > p.stream_cut_after:
             h.cut_connection()
             return
+    decode_s = max(0.0, time.monotonic() - first_at)
+    timings = (
+        native.llamacpp_timings(plan.prompt_tokens, first_at - t0, emitted, decode_s)
+        if p.flavor == "llamacpp" else None
+    )
     if plan.stream:
-        h.send_event(_chunk(plan, p.model, {} if chat else "", plan.finish_reason))
+        last = _chunk(plan, p.model, {} if chat else "", plan.finish_reason)
+        if timings is not None:
+            last["timings"] = timings
+        h.send_event(last)
         if plan.include_usage:
             h.send_event(
                 {
@@ -765,7 +783,10 @@ def _generate(h: _Handler, req: _Request, chat: bool) -> None:
             )
         h.end_stream()
     else:
-        h.send_json(200, _final_body(plan, p.model))
+        body = _final_body(plan, p.model)
+        if timings is not None:
+            body["timings"] = timings
+        h.send_json(200, body)
 
 
 def _chat_completions(h: _Handler, req: _Request) -> None:
@@ -777,6 +798,13 @@ def _completions(h: _Handler, req: _Request) -> None:
 
 
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+def _routes(flavor: str) -> dict[str, dict[str, Callable[[_Handler, _Request], None]]]:
+    """The OpenAI-compatible routes plus the flavor's native ones (`llmdoctor.sim.native`)."""
+    if flavor == "vllm":
+        return _ROUTES
+    return {**_ROUTES, **native.native_routes(flavor)}
+
 
 _ROUTES: dict[str, dict[str, Callable[[_Handler, _Request], None]]] = {
     "/v1/models": {"GET": _models},
