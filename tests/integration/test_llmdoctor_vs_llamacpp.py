@@ -1,0 +1,354 @@
+"""``llmdoctor check`` against a REAL llama.cpp server (llama-cpp-python) serving the tiny random GGUF.
+
+What is asserted is what is true of the real server, measured by llmdoctor and cross-checked against
+the server's own clocks: the ``openai-processing-ms`` header of non-streamed responses and the
+``llama_perf_context_print: total time`` line llama.cpp logs after every generation.
+
+Tolerances (loopback, two shared CPU cores):
+
+- non-streamed: llmdoctor's total (= its TTFT, nothing earlier is observable) minus the server's
+  ``openai-processing-ms`` is the loopback + HTTP overhead: never below -1 ms (the header is whole
+  milliseconds), median at most ``NON_STREAM_OVERHEAD_MS``;
+- streamed: llmdoctor's total minus llama.cpp's logged total covers the request parsing before
+  llama.cpp starts its clock and the SSE framing after: never below -2 ms, median at most
+  ``STREAM_OVERHEAD_MS``, each at most 25 % + 60 ms (a scheduling hiccup on a shared CPU).
+
+Timing bands elsewhere are wide on purpose (the machine is shared); precise numbers belong in
+benchmark scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmdoctor.probes.client import ProbeClient
+from llmdoctor.target import Target
+from tests.cliutil import run_cli, run_process, validate_report
+from tests.llamacpp_server import LlamaCppServer
+
+NON_STREAM_OVERHEAD_MS = 15.0
+STREAM_OVERHEAD_MS = 25.0
+PERF_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms")
+# LD301's rule (checks/ld301_cold_start.py): the penalty must exceed all three.
+LD301_MIN_PENALTY_MS = 100.0
+
+LONG_PROMPT_SHARE = 0.55
+WORDS = (
+    "river stone garden window paper light music forest winter summer table simple yellow orange market "
+    "bridge silver planet letter number morning evening doctor teacher country village ocean mountain"
+).split()
+
+
+def _long_request(path: Path, server: LlamaCppServer) -> tuple[Path, int]:
+    """A request whose prompt fills ~55 % of the window (LD101 then prices its prefill), and its
+    token count by the server's own ``/extras/tokenize/count``."""
+    words: list[str] = []
+    count = 0
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        while count < LONG_PROMPT_SHARE * server.n_ctx:
+            words += [WORDS[(len(words) * 7 + i) % len(WORDS)] for i in range(200)]
+            resp = client.post("/extras/tokenize/count", json={"input": " ".join(words)})
+            assert resp.status_code == 200, resp.text
+            count = resp.json()["count"]
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "Summarise: " + " ".join(words)}],
+            "max_tokens": 16, "stream": True}
+    path.write_text(json.dumps(body))
+    return path, count
+
+
+def _generations(measurements: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every successful generation request in the saved measurements, in the order sent."""
+    seen: dict[tuple[float, str], dict[str, Any]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "completions" in str(node.get("path", "")) and "started_at" in node and node.get("status") == 200:
+                seen[(node["started_at"], node["path"])] = node
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(measurements["measurements"])
+    return sorted(seen.values(), key=lambda t: t["started_at"])
+
+
+def _perf_totals(log: str) -> list[float]:
+    return [float(m) for m in PERF_TOTAL.findall(log)]
+
+
+def _wait_for_perf_lines(server: LlamaCppServer, offset: int, expected: int, timeout_s: float = 5.0) -> str:
+    """The log after `offset`, once it holds `expected` total-time lines (they follow the stream's end)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = server.log_text()[offset:]
+        if len(_perf_totals(text)) >= expected or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def _warm(server: LlamaCppServer) -> None:
+    with ProbeClient(Target(server.base_url), timeout_s=60, max_requests=10) as client:
+        for _ in range(3):
+            assert client.chat("Say ok.", max_tokens=8).ok
+
+
+@pytest.fixture(scope="module")
+def full_run(llama_server: LlamaCppServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One full ``llmdoctor check --json`` as a real subprocess against the (warmed) session server."""
+    _warm(llama_server)
+    tmp = tmp_path_factory.mktemp("vs-llamacpp")
+    saved = tmp / "measurements.json"
+    long_request, long_tokens = _long_request(tmp / "long.json", llama_server)
+    offset = len(llama_server.log_text())
+    t0 = time.perf_counter()
+    result = run_process(
+        "check", "--endpoint", llama_server.url, "--json", "--timeout", "60", "--max-requests", "40",
+        "--save-measurements", str(saved), "--request", str(long_request),
+        "--log", str(llama_server.log_path), timeout=240,
+    )
+    elapsed = time.perf_counter() - t0
+    assert result.code in (0, 1, 2), result.err
+    measurements = json.loads(saved.read_text())
+    gens = _generations(measurements)
+    log = _wait_for_perf_lines(llama_server, offset, len(gens))
+    print(f"\nllmdoctor check against llama_cpp.server: {elapsed:.1f} s, {len(gens)} generation requests")
+    return {"result": result, "report": result.report, "measurements": measurements, "gens": gens, "log": log,
+            "long_tokens": long_tokens}
+
+
+def _probe(measurements: dict[str, Any], name: str) -> Any:
+    value = measurements["measurements"].get(name)
+    if isinstance(value, dict) and "value" in value:
+        return value["value"]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_validates_and_no_check_crashes(full_run: dict[str, Any]) -> None:
+    report = full_run["report"]
+    validate_report(report)
+    assert report["endpoint"] and report["model"] == "tiny-llama"
+    statuses = {c["check_id"]: c["status"] for c in report["checks"]}
+    assert len(statuses) >= 40
+    assert "error" not in statuses.values(), [c for c in report["checks"] if c["status"] == "error"]
+    for check in report["checks"]:
+        if check["status"] == "skipped":
+            assert check["reason"].strip(), check
+    for probe in report["probes"]:
+        if not probe["available"]:
+            assert probe["reason"].strip(), probe
+    # Probes that a plain llama-cpp-python server must satisfy.
+    available = {p["name"] for p in report["probes"] if p["available"]}
+    assert {"discovery", "first_request", "baseline", "sweep", "prefill", "logs"} <= available
+    assert statuses["LD001"] == "passed"
+    assert report["requests"]["sent"] <= report["requests"]["budget"] == 40
+
+
+def test_breakdown_phases_add_up_to_the_total(full_run: dict[str, Any]) -> None:
+    breakdown = full_run["report"]["breakdown"]
+    phases = breakdown["phases"]
+    assert phases and all(p["ms"] >= 0 for p in phases)
+    assert sum(p["ms"] for p in phases) == pytest.approx(breakdown["total_ms"], abs=0.5 + 0.05 * len(phases))
+    decode = next(p for p in phases if p["name"] == "decode")
+    assert decode["ms"] > 0  # a real model decodes its 8 tokens after the first
+
+
+def test_flat_latency_fit_separates_a_fixed_and_a_per_token_cost(full_run: dict[str, Any]) -> None:
+    """Streams carry no usage here, so output tokens come from the events: every sweep request must
+    generate exactly max_tokens (one chunk per token, empty byte-fallback deltas included).
+
+    Found on the real server: the per-token cost GROWS with the answer's length (llama.cpp's own log:
+    7.7 ms/token over 15 tokens, 10.7 ms/token over 64; llama-cpp-python's streaming re-detokenizes
+    the text so far for every token), so the straight line through 1, 16 and 64 tokens has an
+    intercept near zero and often slightly negative (-5 to -9 ms measured), although the true fixed
+    cost (a 1-token request: 10-45 ms) is positive. What is asserted: the true fixed cost is positive
+    and small, the fit's intercept is small (no flat latency: LD702 stays silent) and the per-token
+    cost is in a plausible band.
+    """
+    breakdown = full_run["report"]["breakdown"]
+    sweep = _probe(full_run["measurements"], "sweep")
+    for point in sweep["points"]:
+        assert point["timing"]["completion_tokens"] is None  # llama-cpp-python: no usage in streams
+        assert point["timing"]["finish_reason"] == "length"
+        assert point["timing"]["content_events"] == point["max_tokens"], point
+    one_token = [p["timing"]["total_ms"] for p in sweep["points"] if p["max_tokens"] == 1]
+    assert one_token and 0 < min(one_token) < 250
+    assert breakdown["fixed_ms"] is not None and abs(breakdown["fixed_ms"]) < 60
+    assert "LD702" not in [f["check_id"] for f in full_run["report"]["findings"]]
+    # ≈ 8 ms per output token measured by hand on these cores (4 ms quiet, ~29 ms under contention).
+    assert 2.0 < breakdown["per_token_ms"] < 40.0
+
+
+def test_long_prompt_costs_more_time_to_first_token(full_run: dict[str, Any]) -> None:
+    prefill = _probe(full_run["measurements"], "prefill")
+    assert prefill["long_ttft_ms"] > prefill["short_ttft_ms"]
+    assert prefill["long_tokens"] > 5 * prefill["short_tokens"]
+    # ≈ 0.8 ms per prompt token by hand; the band is wide for a shared CPU.
+    assert 0.1 < prefill["per_token_ms"] < 10.0
+    # LD101 prices the --request prompt (more than half the window) with the measured prefill.
+    ld101 = [f for f in full_run["report"]["findings"] if f["check_id"] == "LD101"]
+    assert ld101, full_run["report"]["checks"]
+    counted = {e["label"]: e["value"] for e in ld101[0]["evidence"]}
+    print(f"\nLD101 evidence: {counted}; the server counts {full_run['long_tokens']} tokens in the text")
+    assert ld101[0]["impact_ms"] and ld101[0]["impact_ms"] > 0
+
+
+def test_log_scan_reports_no_errors_in_a_healthy_llamacpp_log(full_run: dict[str, Any]) -> None:
+    report = full_run["report"]
+    statuses = {c["check_id"]: c for c in report["checks"]}
+    for check_id in ("LD206", "LD209", "LD210"):
+        assert statuses[check_id]["status"] == "passed", statuses[check_id]
+    logs = _probe(full_run["measurements"], "logs")
+    assert logs is not None
+    # llama-cpp-python prints llama.cpp's loader lines but no load duration: LD303 says so (info).
+    assert statuses["LD303"]["status"] in ("passed", "failed")
+    ld303 = [f for f in report["findings"] if f["check_id"] == "LD303"]
+    assert all(f["severity"] == "info" for f in ld303)
+
+
+def test_warm_server_shows_no_cold_start(full_run: dict[str, Any]) -> None:
+    """The session server was warmed before the run: LD301 must stay silent."""
+    assert "LD301" not in [f["check_id"] for f in full_run["report"]["findings"]]
+
+
+def test_non_streamed_timing_agrees_with_openai_processing_ms(llama_server: LlamaCppServer) -> None:
+    """llmdoctor's client on a non-streamed chat vs the server's own ``openai-processing-ms``."""
+    diffs = []
+    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"), timeout_s=60, max_requests=10) as client:
+        for max_tokens in (4, 16, 4, 16, 4):
+            t = client.chat("Say ok.", max_tokens=max_tokens, stream=False, extra={"logit_bias": {"2": -100}})
+            assert t.ok, t
+            assert t.ttft_ms == t.total_ms and t.completion_tokens is not None and t.completion_tokens >= max_tokens
+            server_ms = t.server_timing["openai.processing_ms"]
+            diffs.append(t.total_ms - server_ms)
+            assert t.total_ms - server_ms > -1.0, (t.total_ms, server_ms)
+    print(f"\nnon-streamed total - openai-processing-ms: {[round(d, 1) for d in diffs]} ms")
+    assert statistics.median(diffs) < NON_STREAM_OVERHEAD_MS
+
+
+def test_streamed_totals_agree_with_the_servers_own_log(
+    llama_server: LlamaCppServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process ``check --select LD70``: every generation request it sends (first request, baseline,
+    sweep) is saved, so the n-th one pairs with the n-th ``total time`` line llama.cpp logs."""
+    saved = tmp_path / "m.json"
+    offset = len(llama_server.log_text())
+    result = run_cli(capsys, "check", "--endpoint", llama_server.base_url, "--json", "--select", "LD70",
+                     "--timeout", "60", "--save-measurements", str(saved))
+    report = result.report
+    assert result.code in (0, 1, 2), result.err
+    ran = {c["check_id"]: c["status"] for c in report["checks"]}
+    assert ran["LD701"] in ("passed", "failed") and ran["LD702"] in ("passed", "failed")
+    assert ran["LD703"] in ("passed", "failed")
+    assert report["breakdown"]["per_token_ms"] > 0
+
+    gens = _generations(json.loads(saved.read_text()))
+    server_totals = _perf_totals(_wait_for_perf_lines(llama_server, offset, len(gens)))
+    assert len(server_totals) == len(gens) >= 10
+    diffs = []
+    for timing, server_ms in zip(gens, server_totals):
+        assert timing["streamed"]
+        diff = timing["total_ms"] - server_ms
+        diffs.append(diff)
+        assert diff > -2.0, (timing["total_ms"], server_ms)
+        assert diff < 0.25 * server_ms + 60.0, (timing["total_ms"], server_ms)
+    print(f"\nstreamed total - llama.cpp's logged total: median {statistics.median(diffs):.1f} ms, "
+          f"min {min(diffs):.1f}, max {max(diffs):.1f} ms over {len(diffs)} requests")
+    assert statistics.median(diffs) < STREAM_OVERHEAD_MS
+
+
+# ---------------------------------------------------------------------------------------------
+# Cold start after launch: a fresh server per test
+
+
+def _evicted_copy(src: Path, dst: Path) -> Path:
+    """Copy the GGUF and drop the copy from the page cache, so the server must read it from disk."""
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return dst
+
+
+@pytest.fixture
+def cold_server(llamacpp_version: str, tiny_gguf: Path, tmp_path: Path) -> Any:
+    """A FRESH server whose weights are mmapped but neither mlocked nor in the page cache.
+
+    llama-cpp-python mmaps and mlocks the model by default, so the load faults every page in and the
+    first request after launch is barely slower (phase 1 measured 68 vs 43 ms). With
+    ``--use_mlock false`` on an evicted copy, the first forward passes fault the 111 MB of weights in
+    from disk: a real cold start of the kind a freshly scaled-out instance pays.
+    """
+    model = _evicted_copy(tiny_gguf, tmp_path / "cold.gguf")
+    server = LlamaCppServer(model, model_alias="tiny-llama", log_path=tmp_path / "cold.log",
+                            extra_args=["--use_mlock", "false"])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _ld301_rule(first: dict[str, Any], samples: list[dict[str, Any]]) -> tuple[float, float, bool]:
+    from llmdoctor.stats import percentile
+
+    ttfts = [s["ttft_ms"] for s in samples if s["status"] == 200 and s["ttft_ms"] is not None]
+    p50, p90 = percentile(ttfts, 50), percentile(ttfts, 90)
+    assert p50 is not None and p90 is not None
+    penalty = first["ttft_ms"] - ((first["connect_ms"] or 0) + (first["tls_ms"] or 0)) - p50
+    return penalty, p50, penalty >= max(LD301_MIN_PENALTY_MS, p50, 3 * (p90 - p50))
+
+
+def test_cold_start_is_detected_on_the_first_run_and_not_the_next(
+    cold_server: LlamaCppServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """First request after launch vs the warm ones, as llmdoctor measures them.
+
+    Found on the real server: with the weights paged in lazily the first request (sometimes the first
+    two) pays for reading them from disk. Measured penalties on this machine: 114 to ~1,600 ms over a
+    warm median of 14-25 ms, i.e. from just above LD301's 100 ms floor to far above it, depending on
+    the disk and the CPU load. So whether LD301 *should* fire at this model size is decided by the
+    numbers of each run, not by the test: LD301 must agree with its own rule (penalty >= max(100 ms,
+    warm median, 3 × (p90 − p50))) applied to the saved measurements, in both runs. ``--samples 12``
+    keeps one still-cold second request from setting p90 (with the default 5 samples its outlier
+    inflates the jitter term and hides the cold start). Hard facts asserted: the first request after
+    launch is slower than the warm median, and the next run against the now-warm server shows no
+    cold start (penalty under 100 ms, LD301 silent).
+    """
+    first_saved, second_saved = tmp_path / "first.json", tmp_path / "second.json"
+    reports = []
+    for saved in (first_saved, second_saved):
+        result = run_cli(capsys, "check", "--endpoint", cold_server.url, "--json", "--select", "LD301",
+                         "--samples", "12", "--timeout", "60", "--save-measurements", str(saved))
+        reports.append(result.report)
+    penalties = []
+    for report, saved in zip(reports, (first_saved, second_saved)):
+        m = json.loads(saved.read_text())
+        first, base = _probe(m, "first_request"), _probe(m, "baseline")
+        penalty, p50, should_fire = _ld301_rule(first, base["samples"])
+        fired = "LD301" in [f["check_id"] for f in report["findings"]]
+        assert fired == should_fire, (penalty, p50, report["findings"])
+        penalties.append((penalty, p50, fired))
+    print(f"\ncold-start penalty (first TTFT - warm median): run 1 {penalties[0][0]:.0f} ms "
+          f"(warm {penalties[0][1]:.0f} ms), run 2 {penalties[1][0]:.0f} ms (warm {penalties[1][1]:.0f} ms)")
+    (penalty1, _, fired1), (penalty2, _, fired2) = penalties
+    assert not fired1 or penalty1 >= LD301_MIN_PENALTY_MS
+    assert penalty1 > 0  # the first request after launch is slower than the warm median
+    assert not fired2 and penalty2 < LD301_MIN_PENALTY_MS
