@@ -91,7 +91,10 @@ class Reachability(Check):
             return
         first: RequestTiming | None = ctx.optional("first_request")
         if first is not None and not first.ok:
-            yield _generation_failure(first, info)
+            yield _generation_failure(first, info, ctx.options.timeout_s)
+        elif first is None and not models.ok:
+            # No generation request could be sent: what /models answered is all there is to say.
+            yield _generation_failure(models, info, ctx.options.timeout_s, where=f"GET {info.base_url}/models")
 
 
 def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Finding:
@@ -138,8 +141,10 @@ def _auth_failure(t: RequestTiming) -> Finding:
     )
 
 
-def _generation_failure(t: RequestTiming, info: EndpointInfo) -> Finding:
-    where = f"POST /chat/completions (model {info.model!r})"
+def _generation_failure(t: RequestTiming, info: EndpointInfo, timeout_s: float, where: str | None = None) -> Finding:
+    where = where or f"POST /chat/completions (model {info.model!r})"
+    if t.status is None and t.error not in (ErrorKind.STREAM_CUT, ErrorKind.BAD_BODY, ErrorKind.TOO_LARGE):
+        return _transport_failure(t, info.base_url, timeout_s)
     if t.status == 429:
         return Finding(
             Severity.WARNING, Confidence.HIGH, "Rate limited (HTTP 429)",
@@ -153,6 +158,28 @@ def _generation_failure(t: RequestTiming, info: EndpointInfo) -> Finding:
         title = f"Stream stopped mid-way after {t.content_events + t.reasoning_events} tokens"
         fix = Fix("Check the server and any proxy for crashes or idle timeouts on streamed responses.", (
             "Proxies (nginx: proxy_read_timeout, proxy_buffering off) often cut long SSE streams.",
+        ))
+    elif t.status is not None and 300 <= t.status < 400:
+        title = f"Redirected (HTTP {t.status}), not followed"
+        fix = Fix("Use the final URL as --endpoint and in your application.", (
+            "The doctor never follows a redirect: the API key would go to another location.",
+        ))
+    elif t.error == ErrorKind.READ_TIMEOUT:
+        title = f"No complete answer within {timeout_s:g} s"
+        fix = Fix("The server started answering but did not finish: check it for hangs, endless "
+                  "generation or a proxy that holds the body.", ("Raise --timeout if it is just slow.",))
+    elif t.error == ErrorKind.TOO_LARGE:
+        title = "Response too large"
+        fix = Fix("Point --endpoint at the OpenAI-compatible API; the answer exceeded the size limit.")
+    elif t.status in (401, 403):
+        return _auth_failure(t)
+    elif t.status == 404:
+        title = "Not found (HTTP 404)"
+        fix = Fix("Check the base URL (it usually ends in /v1) and the model name.")
+    elif t.status == 503:
+        title = "Service unavailable (HTTP 503)"
+        fix = Fix("The server is loading a model or overloaded: wait and retry; read its logs (--log).", (
+            "Honour Retry-After in your client.",
         ))
     elif t.status is not None and t.status >= 500:
         title = f"Generation fails with HTTP {t.status}"

@@ -11,6 +11,7 @@ closes or the handler returns False).
         httpx.post(srv.url + "/v1/chat/completions", json={})
 
 With an `ssl_context` (e.g. from trustme) it speaks TLS; `url` is then ``https://``.
+`host="::1"` listens on IPv6 loopback only.
 
 `stop()` closes the listening socket and every client socket, so it never hangs on a handler
 that sleeps or drips forever (its next send fails and its thread ends).
@@ -216,6 +217,7 @@ class ScriptedServer:
         keep_alive: bool = False,
         read_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.handler = handler
         self.ssl_context = ssl_context
@@ -228,13 +230,15 @@ class ScriptedServer:
         self._stopping = threading.Event()
         self._clients: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.bind((host, 0))
         self._listener.listen(64)
         self._listener.settimeout(0.05)
         self.port: int = self._listener.getsockname()[1]
-        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
+        netloc = f"[{host}]" if ":" in host else host
+        self.url = f"{'https' if ssl_context else 'http'}://{netloc}:{self.port}"
         self._acceptor = threading.Thread(target=self._accept_loop, name="scripted-accept", daemon=True)
         self._acceptor.start()
 
