@@ -18,7 +18,6 @@ in saved measurements.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -301,6 +300,8 @@ def _message_info(message: dict[str, Any]) -> MessageInfo:
         info.content_kind = type(content).__name__
     info.chars = len(text)
     if text:
+        import hashlib  # here, not at the top: OpenSSL's hashlib costs start-up time
+
         info.digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     calls = message.get("tool_calls")
     if isinstance(calls, list):

@@ -11,7 +11,6 @@ budget: latency at 1 vs N shows server-side queueing or a pool cap.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -115,11 +114,15 @@ class ConcurrencyResult:
     @property
     def single_p50_ms(self) -> float | None:
         """Median latency of one request alone."""
+        import statistics  # on use: it costs start-up time (fractions, decimal)
+
         return statistics.median(self.single_ms) if self.single_ms else None
 
     @property
     def parallel_p50_ms(self) -> float | None:
         """Median latency with N requests in flight."""
+        import statistics  # on use: it costs start-up time (fractions, decimal)
+
         return statistics.median(self.parallel_ms) if self.parallel_ms else None
 
     @property

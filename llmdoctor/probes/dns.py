@@ -19,7 +19,6 @@ import ipaddress
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -347,6 +346,8 @@ def _servers(ctx: Context, result: DnsResult) -> list[tuple[str, int, str]]:
 
 def resolve(ctx: Context) -> DnsResult:
     """Time the system resolver and each DNS server on the endpoint's host; test its addresses."""
+    from concurrent.futures import ThreadPoolExecutor  # here: it costs start-up time
+
     from llmdoctor.context import ProbeUnavailable
 
     if ctx.target is None:

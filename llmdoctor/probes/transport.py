@@ -22,20 +22,27 @@ httpx read them) and whether the endpoint goes through a proxy; credentials are 
 from __future__ import annotations
 
 import socket
-import ssl
-import statistics
 import time
-import urllib.request
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
+    import ssl
+
     from llmdoctor.context import Context
 
 __all__ = ["KeepAlive", "ProxySettings", "TransportResult", "proxy_settings", "keepalive_from", "probe"]
+
+def _statistics() -> ModuleType:
+    """The statistics module, imported on first use (it pulls in fractions and decimal: start-up time)."""
+    import statistics
+
+    return statistics
+
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 MIN_SAMPLES, MAX_SAMPLES = 3, 10
@@ -72,7 +79,7 @@ class KeepAlive:
     @property
     def handshake_p50_ms(self) -> float | None:
         """Median connect + TLS time of the requests that opened a connection."""
-        return statistics.median(self.handshake_ms) if self.handshake_ms else None
+        return _statistics().median(self.handshake_ms) if self.handshake_ms else None
 
     @property
     def reuse_works(self) -> bool | None:
@@ -107,7 +114,7 @@ class TransportResult:
     @property
     def connect_p50_ms(self) -> float | None:
         """Median time of ``connect()``."""
-        return statistics.median(self.connect_ms) if self.connect_ms else None
+        return _statistics().median(self.connect_ms) if self.connect_ms else None
 
     @property
     def rtt_samples_ms(self) -> list[float]:
@@ -119,19 +126,19 @@ class TransportResult:
         """Median round-trip time to the server."""
         samples = self.rtt_samples_ms
         if samples:
-            return statistics.median(samples)
+            return _statistics().median(samples)
         return self.connect_p50_ms
 
     @property
     def jitter_ms(self) -> float | None:
         """Standard deviation of the round-trip samples."""
         samples = self.rtt_samples_ms
-        return statistics.stdev(samples) if len(samples) >= 2 else None
+        return _statistics().stdev(samples) if len(samples) >= 2 else None
 
     @property
     def tls_p50_ms(self) -> float | None:
         """Median TLS handshake time (https only)."""
-        return statistics.median(self.tls_handshake_ms) if self.tls_handshake_ms else None
+        return _statistics().median(self.tls_handshake_ms) if self.tls_handshake_ms else None
 
     @property
     def http2(self) -> bool | None:
@@ -166,6 +173,7 @@ def _mask(url: str) -> str:
 
 def proxy_settings(scheme: str, host: str) -> ProxySettings:
     """The environment's proxy variables (masked) and the proxy, if any, for `scheme://host`."""
+    import urllib.request  # here, not at the top: it costs `llmdoctor checks` ~5 ms of start-up
     found = urllib.request.getproxies()
     variables = {f"{k}_proxy": _mask(v) for k, v in sorted(found.items()) if k != "no"}
     if "no" in found:
@@ -192,8 +200,8 @@ def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
             ka.fresh += 1
             ka.handshake_ms.append(t.connect_ms + (t.tls_ms or 0.0))
             fresh_totals.append(t.total_ms)
-    ka.fresh_total_p50_ms = statistics.median(fresh_totals) if fresh_totals else None
-    ka.reused_total_p50_ms = statistics.median(reused_totals) if reused_totals else None
+    ka.fresh_total_p50_ms = _statistics().median(fresh_totals) if fresh_totals else None
+    ka.reused_total_p50_ms = _statistics().median(reused_totals) if reused_totals else None
     return ka
 
 
@@ -237,6 +245,8 @@ def _sample(result: TransportResult, family: int, timeout_s: float) -> None:
 
 
 def _tls_context(ctx: Context) -> ssl.SSLContext:
+    import ssl
+
     if ctx.options.insecure:
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -248,6 +258,8 @@ def _tls_context(ctx: Context) -> ssl.SSLContext:
 
 
 def _tls_sample(result: TransportResult, context: ssl.SSLContext, family: int, timeout_s: float) -> None:
+    import ssl
+
     from llmdoctor.probes.dns import is_ip_literal
 
     sock = socket.socket(family, socket.SOCK_STREAM)
