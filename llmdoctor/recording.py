@@ -95,7 +95,10 @@ def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
     if not isinstance(measurements, dict):
         raise RecordingError(f"{path} has no measurements")
     known = {f.name for f in dataclasses.fields(Options)}
-    raw_options = {k: v for k, v in (data.get("options") or {}).items() if k in known}
+    stored_options = data.get("options") or {}
+    if not isinstance(stored_options, dict):
+        raise RecordingError(f"{path}: bad options: expected an object, got {type(stored_options).__name__}")
+    raw_options = {k: v for k, v in stored_options.items() if k in known}
     try:
         options = from_data(Options, raw_options)
     except SerdeError as exc:
