@@ -22,8 +22,7 @@ context overflow.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import functools
 import json
 import re
 from collections import deque
@@ -105,8 +104,16 @@ GATE_ANCHORS: tuple[bytes, ...] = (
 _TRACEBACK = b"Traceback (most recent call last)"
 
 
-def _load_memmem() -> Callable[..., int | None] | None:
-    """The C library's ``memmem`` (glibc's is 2-6x faster than ``bytes.find``), or None."""
+@functools.cache
+def _memmem() -> Callable[..., int | None] | None:
+    """The C library's ``memmem`` (glibc's is 2-6x faster than ``bytes.find``), or None.
+
+    Loaded on the first scan, not at import: ctypes and ``find_library`` (which runs
+    ``ldconfig``) cost every ``llmdoctor`` start ~10 ms otherwise.
+    """
+    import ctypes
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
         memmem = libc.memmem
@@ -119,8 +126,6 @@ def _load_memmem() -> Callable[..., int | None] | None:
     hit = memmem(base, len(probe), b"needle", 6)
     return memmem if hit is not None and hit - base == 3 else None
 
-
-_MEMMEM = _load_memmem()
 
 # --- line cleaning -----------------------------------------------------------------------
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
@@ -575,7 +580,10 @@ class LogScanner:
     def _gate(body: bytes | bytearray, start: int, size: int) -> list[int]:
         """Start offsets of the lines in ``body[start:size]`` that contain a gate anchor."""
         found: set[int] = set()
-        if _MEMMEM is not None:
+        memmem = _memmem()
+        if memmem is not None:
+            import ctypes
+
             if isinstance(body, bytearray):
                 base = ctypes.addressof((ctypes.c_char * len(body)).from_buffer(body))
             else:
@@ -583,7 +591,7 @@ class LogScanner:
             for anchor in GATE_ANCHORS:
                 off = start
                 while off < size:
-                    hit = _MEMMEM(base + off, size - off, anchor, len(anchor))
+                    hit = memmem(base + off, size - off, anchor, len(anchor))
                     if not hit:
                         break
                     i = hit - base
