@@ -174,6 +174,10 @@ def cli() -> None:
               help="Opt-in concurrency probe: latency at 1 vs N parallel requests.")
 @click.option("--idle-test", "idle_test_s", type=click.FloatRange(0, 3600), default=0.0, metavar="SECONDS",
               help="Opt-in: wait this long idle, then measure the after-idle penalty.")
+@click.option("--budget", "followup_budget", default="requests=12,seconds=30", show_default=True,
+              metavar="requests=N,seconds=S",
+              help="What the follow-up tests of the differential diagnosis (LD720) may spend.")
+@click.option("--no-followup", is_flag=True, help="Fixed checklist only: no hypotheses, no follow-up tests.")
 @click.option("--save-measurements", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Save the raw measurements (no secrets) for `llmdoctor replay`.")
 @click.option("--deadline", "deadline_s", type=click.FloatRange(0.5, 86400), default=None, metavar="SECONDS",
@@ -190,6 +194,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
           logs: tuple[str, ...], journal_unit: str | None, since: str | None, metrics_url: str | None,
           gpu_metrics_url: str | None, pid: int | None, request_files: tuple[str, ...], tokenizer: str | None,
           context_window: int | None, dns_server: str | None, concurrency: int, idle_test_s: float,
+          followup_budget: str, no_followup: bool,
           save_measurements: str | None, deadline_s: float | None, dry_run: bool, verbose: bool, as_json: bool,
           fmt: str | None, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
           fail_on: str, **gate: Any) -> None:
@@ -226,8 +231,9 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
         gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
         context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
-        deadline_s=deadline_s, verbose=verbose,
+        deadline_s=deadline_s, verbose=verbose, followup=not no_followup,
     )
+    options = _with_budget(options, followup_budget)
     _validate_inputs(options)
     extra_headers = _parse_headers(headers)
     require_format(fmt)
@@ -277,6 +283,19 @@ def _demo_server(profile: str, *, announce: bool) -> Iterator[str]:
             click.echo(f"Diagnosing the embedded simulator '{sim_profile.name}' on "
                        f"{server.base_url} ({sim_profile.description})\n", err=True)
         yield server.base_url
+
+
+def _with_budget(options: Any, text: str) -> Any:
+    """Options with the follow-up budget of ``--budget`` (a usage problem when unreadable)."""
+    import dataclasses
+
+    from llmdoctor.diagnosis.budget import BudgetError, parse_budget
+
+    try:
+        requests, seconds = parse_budget(text, options.followup_requests, options.followup_seconds)
+    except BudgetError as exc:
+        raise UsageProblem(str(exc)) from None
+    return dataclasses.replace(options, followup_requests=requests, followup_seconds=seconds)
 
 
 def _validate_inputs(options: Any) -> None:

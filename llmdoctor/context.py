@@ -191,7 +191,8 @@ class Context:
         spec = self.probes.get(name)
         if spec is None:
             return _Slot(ProbeStatus(name, False, f"unknown probe {name!r}"))
-        if self.recorded is not None and not (spec.local and self.replay_local and spec.name not in self.recorded):
+        if self.recorded is not None and not spec.derived and not (
+                spec.local and self.replay_local and spec.name not in self.recorded):
             return self._replay(spec)
         if self.deadline_at is not None and self.time_left() == 0:
             return _Slot(ProbeStatus(name, False, self.deadline_reason))

@@ -76,6 +76,7 @@ def diagnose(
         fail_on=fail_on,
         replayed=recorded is not None,
         interrupted=interrupted,
+        diagnosis=ctx.peek("diagnosis"),
     )
     return report, ctx
 

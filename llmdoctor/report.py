@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmdoctor.context import ProbeStatus
+from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.runner import CheckOutcome
 
@@ -20,7 +21,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 class ExitCode:
@@ -78,6 +79,8 @@ class Report:
     fail_on: str = "warning"
     replayed: bool = False
     interrupted: bool = False
+    #: The differential diagnosis (hypotheses, follow-up tests, chains); None when it did not run (1.2).
+    diagnosis: Diagnosis | None = None
     schema_version: str = SCHEMA_VERSION
 
     @property

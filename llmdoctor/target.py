@@ -114,3 +114,7 @@ class Options:
     # Reliability: a wall-clock bound for the whole run (None: none), per-request log on stderr.
     deadline_s: float | None = None
     verbose: bool = False
+    # Differential diagnosis (probe ``diagnosis``, check LD720): follow-up tests within this budget.
+    followup: bool = True
+    followup_requests: int = 12
+    followup_seconds: float = 30.0

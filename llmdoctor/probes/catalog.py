@@ -33,6 +33,8 @@ class ProbeSpec:
     result_type: str
     description: str
     local: bool = False
+    #: Computed from other probes' results only: replay recomputes it from the recorded ones.
+    derived: bool = False
 
     def resolve_function(self) -> Callable[[Any], Any]:
         """Import and return the probe function."""
@@ -171,6 +173,37 @@ PROBES: dict[str, ProbeSpec] = {
             "llmdoctor.logscan:LogScan",
             "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
             local=True,
+        ),
+        ProbeSpec(
+            "followup_concurrency",
+            "llmdoctor.probes.followup:followup_concurrency",
+            "llmdoctor.probes.client_limits:ConcurrencyResult",
+            "follow-up: latency of 2 requests alone, then 2 at once (ordered by the diagnosis)",
+        ),
+        ProbeSpec(
+            "followup_idle",
+            "llmdoctor.probes.followup:followup_idle",
+            "llmdoctor.probes.idle:IdleResult",
+            "follow-up: one request after a short idle wait (ordered by the diagnosis)",
+        ),
+        ProbeSpec(
+            "lone_request",
+            "llmdoctor.probes.followup:lone_request",
+            "llmdoctor.probes.followup:LoneRequestResult",
+            "follow-up: backend metrics scraped around one lone request (ordered by the diagnosis)",
+        ),
+        ProbeSpec(
+            "repeat_prompt",
+            "llmdoctor.probes.followup:repeat_prompt",
+            "llmdoctor.probes.followup:RepeatPromptResult",
+            "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
+        ),
+        ProbeSpec(
+            "diagnosis",
+            "llmdoctor.diagnosis.planner:diagnose_followups",
+            "llmdoctor.diagnosis.model:Diagnosis",
+            "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
+            derived=True,
         ),
         ProbeSpec(
             "reference",

@@ -12,6 +12,7 @@ import html
 from typing import Any
 
 from llmdoctor import __version__
+from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
@@ -114,6 +115,24 @@ table{border-collapse:collapse;width:100%} td,th{border-bottom:1px solid #e2e8f0
 """
 
 
+def _diagnosis(d: Diagnosis) -> str:
+    from llmdoctor.render.diagnosis import diagnosis_lines
+
+    out = [f"<h2>Differential diagnosis</h2><p><b>Symptom:</b> {_e(d.symptom)}</p>"]
+    chain: list[str] = []
+    for kind, text in diagnosis_lines(d) + [("end", "")]:
+        if kind != "link" and chain:
+            out.append("<ol class=chain>" + "".join(chain) + "</ol>")
+            chain = []
+        if kind == "cause":
+            out.append(f"<h3>{_e(text)}</h3>")
+        elif kind == "link":
+            chain.append(f"<li>{_e(text)}</li>")
+        elif kind == "note":
+            out.append(f"<p class=dim>{_e(text)}</p>")
+    return "".join(out)
+
+
 def render_html(report: Report) -> str:
     """The report as a self-contained HTML page (Plotly inlined)."""
     go = require_plotly()
@@ -148,6 +167,8 @@ def render_html(report: Report) -> str:
         f"{rows}</table>" + "".join(_finding(i, f) for i, f in enumerate(report.findings, 1))
         if report.findings else "<h2>Diagnosis — no findings: nothing in the checklist fired.</h2>"
     )
+    if report.diagnosis is not None:
+        findings = _diagnosis(report.diagnosis) + findings
     skipped = "".join(
         f"<li>{_e(o.check_id)} {_e(o.status)}: {_e(o.reason)}</li>"
         for o in report.checks if o.status in (Status.SKIPPED, Status.CRASHED)

@@ -13,6 +13,7 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.findings import Evidence, Finding
+from llmdoctor.render.diagnosis import diagnosis_to_dict
 from llmdoctor.report import Report
 
 __all__ = ["report_to_dict", "render_json", "MASK"]
@@ -85,6 +86,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "raw_connections": report.raw_connections,
         },
         "breakdown": breakdown,
+        "diagnosis": diagnosis_to_dict(report.diagnosis),
         "findings": [_finding(f, i + 1) for i, f in enumerate(report.findings)],
         "checks": [
             {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from llmdoctor import __version__
+from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
@@ -79,6 +80,20 @@ def _finding(rank: int, f: Finding) -> list[str]:
     return lines + [""]
 
 
+def _diagnosis(d: Diagnosis) -> list[str]:
+    from llmdoctor.render.diagnosis import diagnosis_lines
+
+    lines = ["## Differential diagnosis", "", f"**Symptom:** {_esc(d.symptom)}", ""]
+    for kind, text in diagnosis_lines(d):
+        if kind == "cause":
+            lines += ["", f"**{_esc(text)}**", ""]
+        elif kind == "link":
+            lines.append(f"1. {_esc(text)}")
+        else:
+            lines.append(f"_{_esc(text)}_")
+    return lines + [""]
+
+
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
     status = report.status
@@ -96,6 +111,8 @@ def render_markdown(report: Report) -> str:
         lines += ["> **Interrupted:** partial report of what was measured so far.", ""]
     if report.breakdown is not None:
         lines += _breakdown(report.breakdown)
+    if report.diagnosis is not None:
+        lines += _diagnosis(report.diagnosis)
     if report.findings:
         lines += [f"## Diagnosis — {len(report.findings)} finding(s), most costly first", ""]
         lines += ["| # | Severity | Check | Finding | Impact | Confidence |", "|---:|---|---|---|---:|---|"]

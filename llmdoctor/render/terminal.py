@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmdoctor import __version__
+from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
@@ -88,6 +89,17 @@ def _finding(console: Console, rank: int, f: Finding) -> None:
     _indented(console, f"Docs: {f.docs}", style="dim")
 
 
+def _diagnosis(console: Console, d: Diagnosis) -> None:
+    from llmdoctor.render.diagnosis import diagnosis_lines
+
+    console.print(Text("Differential diagnosis — " + d.symptom, style="bold"))
+    for kind, text in diagnosis_lines(d):
+        if kind == "cause":
+            _indented(console, Text(text, style="bold"), indent=2)
+        else:
+            _indented(console, text, indent=4 if kind == "link" else 2, style="" if kind == "link" else "dim")
+
+
 def print_terminal(report: Report, console: Console) -> None:
     """Print the report on `console`."""
     where = report.endpoint + (f" (model {report.model})" if report.model else "")
@@ -104,6 +116,9 @@ def print_terminal(report: Report, console: Console) -> None:
     console.print()
     if report.breakdown is not None:
         _breakdown(console, report.breakdown)
+        console.print()
+    if report.diagnosis is not None:
+        _diagnosis(console, report.diagnosis)
         console.print()
     if report.findings:
         console.print(Text(f"Diagnosis — {len(report.findings)} finding(s), most costly first", style="bold"))

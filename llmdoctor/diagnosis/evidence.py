@@ -1,0 +1,344 @@
+"""What each measurement says about each hypothesis: the rules, with their thresholds.
+
+`first_pass` reads the cheap measurements every run has (the first request, the "Say ok."
+baseline, GET /v1/models, a metrics scrape); `FOLLOWUPS` lists the follow-up tests with their
+cost, the hypotheses they separate and how their outcome is read. Each rule yields
+``(hypothesis, likelihood ratio, text)``; ratios come from `llmdoctor.diagnosis.scoring`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.probes.followup import DEFAULT_IDLE_S
+
+__all__ = ["Facts", "Seen", "FollowUp", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
+
+#: (hypothesis, likelihood ratio, what was seen)
+Seen = tuple[str, float, str]
+#: hypothesis -> (impact ms, basis)
+Impacts = dict[str, tuple[float, str]]
+
+FLOOR_MS = 150.0          # a warm "Say ok." first token slower than this is a floor worth explaining
+LOW_FLOOR_MS = 80.0       # below this there is no floor to explain
+SLOW_TOKEN_MS = 30.0      # decode slower than this per token is slow (33 tokens/s)
+FAST_TOKEN_MS = 15.0
+SLOW_PREFILL_MS = 0.5     # per prompt token: a 1,000-token prompt adds 0.5 s
+FAST_PREFILL_MS = 0.2
+PREFILL_TOKENS = 1000     # prompt size the prefill impact is quoted for
+SLOW_RTT_MS = 50.0
+FAST_RTT_MS = 5.0
+QUEUE_SLOWDOWN = 1.5      # worst of N parallel over a lone request
+NO_SLOWDOWN = 1.2
+
+
+@dataclass
+class Facts:
+    """The first pass in numbers (all from recorded measurements, so replay gives the same)."""
+
+    warm_ttft_ms: float
+    warm_total_ms: float
+    ttft_p90_ms: float
+    decode_ms: float | None
+    first_ttft_ms: float | None
+    first_setup_ms: float
+    models_ms: float | None
+    fresh: int
+    reused: int
+    setup_ms: list[float] = field(default_factory=list)
+    waiting: float | None = None
+    typical_output_tokens: int = 64
+
+
+def _decode_per_token(timings: list[Any]) -> float | None:
+    rates = [(t.token_times_ms[-1] - t.token_times_ms[0]) / (len(t.token_times_ms) - 1)
+             for t in timings if t.ok and len(t.token_times_ms) >= 2]
+    return statistics.median(rates) if rates else None
+
+
+def facts_from(ctx: Any) -> Facts:
+    """Numbers of the first pass; `ctx.get("baseline")` must have succeeded."""
+    base = ctx.get("baseline")
+    first = ctx.optional("first_request")
+    info = ctx.optional("discovery")
+    metrics = ctx.peek("server_metrics")
+    ok = base.ok_samples
+    later = [t for t in base.warmup[1:] + base.samples if t.ok]
+    models = getattr(info, "models_timing", None)
+    return Facts(
+        warm_ttft_ms=base.ttft_p50_ms or base.total_p50_ms or 0.0,
+        warm_total_ms=base.total_p50_ms or 0.0,
+        ttft_p90_ms=base.ttft_p90_ms or base.total_p90_ms or 0.0,
+        decode_ms=_decode_per_token(ok),
+        first_ttft_ms=(first.ttft_ms or first.total_ms) if first is not None and first.ok else None,
+        first_setup_ms=first.setup_ms if first is not None else 0.0,
+        models_ms=models.total_ms if models is not None and models.ok else None,
+        fresh=sum(1 for t in later if not t.reused_connection),
+        reused=sum(1 for t in later if t.reused_connection),
+        setup_ms=[t.setup_ms for t in later if not t.reused_connection],
+        waiting=metrics.worst("requests_waiting") if metrics is not None else None,
+        typical_output_tokens=ctx.options.typical_output_tokens,
+    )
+
+
+def symptom(f: Facts) -> str:
+    """The first pass in one line: what the doctor is asked to explain."""
+    share = f.warm_ttft_ms / f.warm_total_ms if f.warm_total_ms else 0.0
+    text = (f'"Say ok." takes {f.warm_total_ms:,.0f} ms warm, {f.warm_ttft_ms:,.0f} ms ({share:.0%}) before '
+            f"the first token (p90 {f.ttft_p90_ms:,.0f} ms)")
+    if f.first_ttft_ms is not None:
+        text += f"; the first request's first token took {f.first_ttft_ms:,.0f} ms"
+    if f.decode_ms is not None:
+        text += f"; {f.decode_ms:.1f} ms per output token"
+    return text
+
+
+def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
+    """Evidence from the cheap first pass."""
+    out: list[Seen] = []
+    impacts: Impacts = {}
+    warm = f.warm_ttft_ms
+    if f.first_ttft_ms is not None:
+        penalty = f.first_ttft_ms - warm
+        seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
+        if penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty / 2:
+            out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
+        elif penalty >= max(200.0, 2 * warm):
+            out.append(("cold_start", STRONG, f"{seen}: {penalty:,.0f} ms more"))
+        elif penalty <= max(50.0, 0.5 * warm):
+            out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
+        if penalty > 0:
+            impacts["cold_start"] = (penalty, "first request minus warm median, time to first token")
+    if warm >= FLOOR_MS:
+        out.append(("server_floor", WEAK, f"warm time to first token {warm:,.0f} ms for a 3-word prompt"))
+        out.append(("queueing", WEAK, f"warm time to first token {warm:,.0f} ms: waiting is one explanation"))
+    elif warm < LOW_FLOOR_MS:
+        out.append(("server_floor", 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
+    impacts["server_floor"] = (warm, 'warm "Say ok." time to first token')
+    spread = f.ttft_p90_ms - warm
+    if warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
+        out.append(("queueing", WEAK, f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
+    if f.waiting is not None and f.waiting >= 1:
+        out.append(("queueing", STRONG, f"{f.waiting:.0f} requests waiting in the server's queue at the scrape"))
+    if f.decode_ms is not None:
+        seen = f"{f.decode_ms:.1f} ms per output token in the baseline's stream"
+        if f.decode_ms >= SLOW_TOKEN_MS:
+            out.append(("slow_decode", STRONG, seen))
+        elif f.decode_ms <= FAST_TOKEN_MS:
+            out.append(("slow_decode", 1 / STRONG, seen))
+        impacts["slow_decode"] = (f.decode_ms * f.typical_output_tokens,
+                                  f"baseline ms per token × a typical {f.typical_output_tokens}-token answer")
+    if f.fresh + f.reused >= 3:
+        if f.reused == 0:
+            out.append(("no_keepalive", STRONG, f"none of {f.fresh} baseline requests reused a connection"))
+        elif f.reused >= f.fresh:
+            out.append(("no_keepalive", 1 / DECISIVE, f"{f.reused} of {f.fresh + f.reused} baseline requests "
+                                                      "reused their connection"))
+    if f.setup_ms:
+        impacts["no_keepalive"] = (statistics.median(f.setup_ms), "connect + TLS paid by every request")
+    if f.models_ms is not None:
+        seen = f"GET /v1/models took {f.models_ms:,.1f} ms"
+        if f.models_ms <= 10.0:
+            out.append(("slow_network", 1 / STRONG, f"{seen}: the server is close"))
+        elif f.models_ms >= 100.0:
+            out.append(("slow_network", STRONG, seen))
+        impacts["slow_network"] = (f.models_ms, "one trivial request (GET /v1/models)")
+    return out, impacts
+
+
+# -- the follow-up tests ----------------------------------------------------------------------------
+
+def _sweep(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    fit = r.fit
+    if fit is None or r.distinct_lengths < 2:
+        return [], {}
+    slope, fixed = fit.per_token_ms, fit.fixed_ms
+    seen = f"total ≈ {fixed:,.0f} ms + {slope:.1f} ms × tokens (r² {fit.r2:.2f})"
+    out: list[Seen] = []
+    if slope >= SLOW_TOKEN_MS and fit.r2 >= 0.8:
+        out.append(("slow_decode", DECISIVE, f"{seen}: each token is slow"))
+    elif slope <= FAST_TOKEN_MS:
+        out.append(("slow_decode", 1 / DECISIVE, f"{seen}: tokens are cheap"))
+    if fixed >= FLOOR_MS and fixed >= 0.5 * fit.predict(f.typical_output_tokens):
+        out.append(("server_floor", WEAK, f"{seen}: the fixed part dominates"))
+    elif fixed < LOW_FLOOR_MS:
+        out.append(("server_floor", 1 / STRONG, f"{seen}: small fixed part"))
+    impacts = {"slow_decode": (slope * f.typical_output_tokens,
+                               f"sweep slope × a typical {f.typical_output_tokens}-token answer")}
+    return out, impacts
+
+
+def _prefill(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    diff = r.long_ttft_ms - r.short_ttft_ms
+    seen = (f"{r.short_tokens} → {r.long_tokens} prompt tokens: first token {r.short_ttft_ms:,.0f} → "
+            f"{r.long_ttft_ms:,.0f} ms ({r.per_token_ms:.2f} ms per prompt token)")
+    out: list[Seen] = []
+    if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
+        out.append(("long_prefill", DECISIVE, seen))
+    elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
+        out.append(("long_prefill", 1 / DECISIVE, seen))
+        if r.short_ttft_ms >= FLOOR_MS:
+            out.append(("server_floor", WEAK, f"{seen}: the floor is not prompt work"))
+    else:
+        out.append(("long_prefill", WEAK, seen))
+    return out, {"long_prefill": (r.per_token_ms * PREFILL_TOKENS,
+                                  f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
+
+
+def _concurrency(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    single = r.single_p50_ms
+    if not single or not r.parallel_ms:
+        return [], {}
+    worst = max(r.parallel_ms)
+    seen = f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×)"
+    if worst >= QUEUE_SLOWDOWN * single and worst - single >= 30:
+        return ([("queueing", DECISIVE, f"{seen}: the second request waited for the first"),
+                 ("server_floor", 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
+                {"queueing": (worst - single, "extra wait of a request queued behind one other")})
+    if worst <= NO_SLOWDOWN * single:
+        out: list[Seen] = [("queueing", 1 / STRONG, f"{seen}: served in parallel")]
+        if single >= FLOOR_MS:
+            out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))
+        return out, {}
+    return [], {}
+
+
+def _idle(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    penalty = r.penalty_ms
+    if penalty is None:
+        return [], {}
+    seen = f"after {r.idle_s:g} s idle: {penalty:+,.0f} ms against the warm median"
+    if penalty >= max(200.0, f.warm_ttft_ms):
+        return ([("cold_start", DECISIVE, f"{seen}: the model was unloaded while idle")],
+                {"cold_start": (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
+    if penalty <= max(50.0, 0.5 * f.warm_ttft_ms):
+        return [("cold_start", 1 / WEAK, f"{seen}: no unload after a short idle")], {}
+    return [], {}
+
+
+def _lone(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    out: list[Seen] = []
+    impacts: Impacts = {}
+    client = r.client_ttft_ms
+    queue = r.server_queue_ms
+    if queue is not None:
+        seen = f"server queue time {queue:,.1f} ms per request (its metrics, {r.requests_seen or 0:.0f} requests)"
+        if queue >= max(20.0, 0.15 * (client or 0.0)):
+            out += [("queueing", DECISIVE, seen), ("server_floor", 1 / WEAK, f"{seen}: waiting, not work")]
+            impacts["queueing"] = (queue, "server's mean queue time around a lone request")
+        elif queue <= 5.0:
+            out.append(("queueing", 1 / STRONG, seen))
+    if r.waiting_before is not None and r.waiting_before >= 1:
+        out.append(("queueing", STRONG, f"{r.waiting_before:.0f} requests waiting before ours"))
+    outside = r.outside_server_ms
+    if outside is not None and client:
+        seen = f"client time to first token {client:,.0f} ms, server's {r.server_ttft_ms:,.0f} ms"
+        if outside >= max(50.0, 0.3 * client):
+            out.append(("slow_network", STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
+        elif outside <= max(10.0, 0.1 * client):
+            out.append(("slow_network", 1 / STRONG, f"{seen}: the time is spent in the server"))
+            if (r.server_ttft_ms or 0) >= FLOOR_MS and (queue is None or queue <= 5.0):
+                out.append(("server_floor", WEAK, f"{seen}, not queued: work done per request"))
+    return out, impacts
+
+
+def _repeat(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    first = r.first.ttft_ms or 0.0
+    extra = first - f.warm_ttft_ms
+    per = extra / r.prompt_tokens if r.prompt_tokens else 0.0
+    saved = r.saved_ms or 0.0
+    seen = (f"{r.prompt_tokens} prompt tokens twice: first token {first:,.0f} ms, then "
+            f"{r.second.ttft_ms or 0:,.0f} ms")
+    out: list[Seen] = []
+    if per >= SLOW_PREFILL_MS and extra >= 100:
+        out.append(("long_prefill", STRONG, f"{seen}: {per:.2f} ms per prompt token"))
+    elif per <= FAST_PREFILL_MS:
+        out.append(("long_prefill", 1 / STRONG, f"{seen}: {per:.2f} ms per prompt token"))
+    if saved >= max(30.0, 0.3 * extra):
+        out.append(("prefix_cache_miss", 1 / DECISIVE, f"{seen}: the repeat was served from the prefix cache"))
+    elif extra >= 100 and saved <= 0.1 * extra:
+        out.append(("prefix_cache_miss", STRONG, f"{seen}: the repeat was computed again"))
+    return out, {"prefix_cache_miss": (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
+
+
+def _transport(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+    out: list[Seen] = []
+    impacts: Impacts = {}
+    rtt = r.rtt_ms
+    if rtt is not None:
+        seen = f"round trip {rtt:,.1f} ms (raw TCP, {len(r.connect_ms)} connections)"
+        if rtt >= SLOW_RTT_MS:
+            out.append(("slow_network", DECISIVE, seen))
+        elif rtt <= FAST_RTT_MS:
+            out.append(("slow_network", 1 / DECISIVE, seen))
+        impacts["slow_network"] = (rtt, "one round trip per request")
+    ka = r.keepalive
+    works = ka.reuse_works
+    if works is False:
+        close = " (the server answers Connection: close)" if ka.server_close_header else ""
+        out.append(("no_keepalive", DECISIVE, f"{ka.fresh} of {ka.requests} requests opened a new connection{close}"))
+        if ka.handshake_p50_ms is not None:
+            impacts["no_keepalive"] = (ka.handshake_p50_ms, "connect + TLS paid by every request")
+    elif works is True:
+        out.append(("no_keepalive", 1 / DECISIVE, f"{ka.reused} of {ka.requests} requests reused a connection"))
+    return out, impacts
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A test the planner can order: its probe, the hypotheses it separates, its cost and its reading.
+
+    `separates` maps a hypothesis to (sensitivity, false-positive rate) of a positive outcome.
+    `cost` gives (requests, seconds) from the first pass. `also` names existing probes whose
+    result serves as well (measured by an opt-in such as ``--concurrency``).
+    """
+
+    probe: str
+    title: str
+    separates: dict[str, tuple[float, float]]
+    cost: Callable[[Facts, Any], tuple[int, float]]
+    read: Callable[[Any, Facts], tuple[list[Seen], Impacts]]
+    also: tuple[str, ...] = ()
+    needs: Callable[[Any], str | None] = lambda ctx: None
+
+
+def _sweep_cost(f: Facts, options: Any) -> tuple[int, float]:
+    per = f.decode_ms or 0.0
+    seconds = options.sweep_repeats * sum(f.warm_ttft_ms + n * per for n in options.sweep_max_tokens) / 1000
+    return len(options.sweep_max_tokens) * options.sweep_repeats, seconds
+
+
+def _needs_metrics(ctx: Any) -> str | None:
+    m = ctx.peek("server_metrics")
+    if m is None:
+        return "no backend metrics"
+    if m.before.ttft is None and m.before.queue_time is None:
+        return f"{m.backend} exports no TTFT or queue-time histogram"
+    return None
+
+
+FOLLOWUPS: tuple[FollowUp, ...] = (
+    FollowUp("sweep", "output-length sweep (decode vs floor)",
+             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3)}, _sweep_cost, _sweep),
+    FollowUp("transport", "fresh vs reused connections, round trip (raw TCP)",
+             {"slow_network": (0.95, 0.05), "no_keepalive": (0.95, 0.05)}, lambda f, o: (0, 1.0), _transport),
+    FollowUp("prefill", "prompt-length sweep (prefill vs fixed cost)",
+             {"long_prefill": (0.95, 0.05), "server_floor": (0.7, 0.3)},
+             lambda f, o: (2, 2 * f.warm_ttft_ms / 1000 + 0.5), _prefill),
+    FollowUp("lone_request", "metrics deltas around a lone request (server queue vs work)",
+             {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3)},
+             lambda f, o: (3, f.warm_total_ms / 1000 + 0.1), _lone, needs=_needs_metrics),
+    FollowUp("followup_concurrency", "concurrency step: 1 vs 2 at once (queueing vs compute)",
+             {"queueing": (0.95, 0.05), "server_floor": (0.7, 0.3)},
+             lambda f, o: (4, 4 * f.warm_total_ms / 1000), _concurrency, also=("concurrency",)),
+    FollowUp("repeat_prompt", "repeated identical long prompt (prefix-cache effect)",
+             {"prefix_cache_miss": (0.8, 0.2), "long_prefill": (0.7, 0.3)},
+             lambda f, o: (2, 2 * f.warm_ttft_ms / 1000 + 0.5), _repeat),
+    FollowUp("followup_idle", "idle test (scale-to-zero / keep-alive unload)",
+             {"cold_start": (0.8, 0.2)},
+             lambda f, o: (1, (o.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000), _idle, also=("idle",)),
+)

@@ -1,0 +1,166 @@
+"""The planner (probe ``diagnosis``): form hypotheses, order the most informative test, repeat.
+
+1. First pass: the baseline (with the first request and GET /v1/models) and, if the backend
+   has one, a metrics scrape. `evidence.first_pass` turns them into likelihood ratios.
+2. Loop: among the follow-ups in `evidence.FOLLOWUPS` not yet run and applicable here, keep
+   those worth at least `MIN_BITS` of expected information that fit the remaining budget
+   (``--budget requests=N,seconds=S``, and the run's ``--max-requests``); order the one with
+   the most bits per unit of cost (a probe the checklist already measured costs nothing);
+   read its outcome; update. Stop when a cause is confirmed, when nothing informative fits
+   the budget, or when no test is left that could change the picture.
+3. The fixed-overhead hypothesis is a diagnosis of exclusion: it is confirmed only once the
+   causes that look the same from outside (queueing, slow prefill, slow network) are refuted.
+
+Every decision reads measurements only (never the clock), and the costs charged are the
+declared ones, so replaying the recorded measurements gives the same diagnosis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, FollowUp, Seen, facts_from, first_pass, symptom
+from llmdoctor.diagnosis.hypotheses import BY_ID, HYPOTHESES
+from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, Observation, Step, Update
+from llmdoctor.diagnosis.scoring import CONFIRM, MIN_BITS, cost_units, expected_bits, status, update
+
+__all__ = ["diagnose_followups", "EXCLUSION_RIVALS"]
+
+#: The fixed-overhead floor is confirmed only when these are refuted.
+EXCLUSION_RIVALS = ("queueing", "long_prefill", "slow_network")
+
+
+def _status(d: Diagnosis, h: HypothesisState) -> str:
+    s = status(h.probability)
+    if s == "confirmed" and h.id == "server_floor":
+        rivals = [d.get(r) for r in EXCLUSION_RIVALS]
+        if any(r is not None and r.status != "refuted" for r in rivals):
+            return "open"
+    return s
+
+
+def _restatus(d: Diagnosis) -> None:
+    # Rivals first, so the exclusion rule sees their final status.
+    for h in sorted(d.hypotheses, key=lambda h: h.id == "server_floor"):
+        h.status = _status(d, h)
+
+
+def _apply(d: Diagnosis, seen: list[Seen], source: str, impacts: dict[str, tuple[float, str]]) -> list[Update]:
+    updates = []
+    for hyp, lr, text in seen:
+        h = d.get(hyp)
+        if h is None:
+            continue
+        before = h.probability
+        h.probability = update(before, lr)
+        h.evidence.append(Observation(hyp, source, text, lr))
+        updates.append(Update(hyp, before, h.probability, lr, text))
+    for hyp, (ms, basis) in impacts.items():
+        h = d.get(hyp)
+        if h is not None and ms > 0:
+            h.impact_ms, h.impact_basis = round(ms, 1), basis
+    _restatus(d)
+    return updates
+
+
+def _bits(d: Diagnosis, f: FollowUp) -> float:
+    total = 0.0
+    for hyp, (sens, fpr) in f.separates.items():
+        h = d.get(hyp)
+        if h is not None and h.status == "open":
+            total += expected_bits(min(h.probability, CONFIRM - 1e-6), sens, fpr)
+    return total
+
+
+def _measured(ctx: Any, f: FollowUp) -> str | None:
+    """Name of a probe already measured that answers `f` (free), else None."""
+    for name in (f.probe, *f.also):
+        if ctx.peek(name) is not None:
+            return name
+    return None
+
+
+def _budget_left(ctx: Any) -> int | None:
+    if ctx.recorded is not None or ctx.target is None:
+        return None
+    try:
+        return int(ctx.client.budget_left)
+    except Exception:  # noqa: BLE001 - no client: no extra limit
+        return None
+
+
+def _reason(d: Diagnosis, f: FollowUp) -> str:
+    parts = [f"{BY_ID[h].title} {d.get(h).probability:.0%}" for h in f.separates
+             if d.get(h) is not None and d.get(h).status == "open"]
+    return "separates " + ", ".join(parts)
+
+
+def diagnose_followups(ctx: Any) -> Diagnosis:
+    """The ``diagnosis`` probe: first pass, then follow-up tests within the budget."""
+    from llmdoctor.context import ProbeUnavailable
+
+    options = ctx.options
+    if not getattr(options, "followup", True):
+        raise ProbeUnavailable("follow-up tests off (--no-followup)")
+    ctx.get("baseline")  # nothing to diagnose without a working request (raises with the reason)
+    ctx.optional("server_metrics")
+    facts: Facts = facts_from(ctx)
+    d = Diagnosis(symptom=symptom(facts), budget_requests=int(getattr(options, "followup_requests", 12)),
+                  budget_s=float(getattr(options, "followup_seconds", 30.0)))
+    d.hypotheses = [HypothesisState(h.id, h.title, h.prior, h.prior, "open") for h in HYPOTHESES]
+    seen, impacts = first_pass(facts)
+    _apply(d, seen, "first pass (first request, baseline, GET /v1/models, metrics)", impacts)
+    for h in d.hypotheses:
+        h.after_first_pass = h.probability
+    done: set[str] = set()
+    while True:
+        if d.confirmed:
+            d.stop_reason = f"confirmed: {', '.join(h.title for h in d.confirmed)}"
+            break
+        global_left = _budget_left(ctx)
+        worth, fitting = [], []
+        for order, f in enumerate(FOLLOWUPS):
+            if f.probe in done:
+                continue
+            bits = _bits(d, f)
+            if bits < MIN_BITS:
+                continue
+            free = _measured(ctx, f)
+            why_not = None if free else f.needs(ctx)
+            if why_not:
+                continue
+            requests, seconds = (0, 0.0) if free else f.cost(facts, options)
+            worth.append(f)
+            if d.spent_requests + requests > d.budget_requests or d.spent_s + seconds > d.budget_s:
+                continue
+            if global_left is not None and requests > global_left:
+                continue
+            fitting.append((-bits / cost_units(requests, seconds), requests, order, f, free, requests, seconds, bits))
+        if not worth:
+            d.stop_reason = "no test left that could change the picture"
+            break
+        if not fitting:
+            d.stop_reason = (f"budget spent ({d.spent_requests}/{d.budget_requests} requests, "
+                             f"{d.spent_s:.1f}/{d.budget_s:g} s) with tests left to order")
+            break
+        _, _, _, f, free, requests, seconds, bits = min(fitting, key=lambda t: t[:3])
+        done.add(f.probe)
+        step = Step(f.probe, f.title, _reason(d, f), requests, round(seconds, 2), round(bits, 3))
+        if free:
+            step.title += " (already measured by the checklist)"
+        try:
+            result = ctx.get(free or f.probe)
+        except ProbeUnavailable as exc:
+            step.ran, step.result = False, f"could not run: {exc.reason}"
+            d.steps.append(step)
+            continue
+        d.spent_requests += requests
+        d.spent_s = round(d.spent_s + seconds, 2)
+        seen, impacts = f.read(result, facts)
+        step.updates = _apply(d, seen, f.probe, impacts)
+        step.result = "; ".join(dict.fromkeys(u.text for u in step.updates)) or "no clear outcome"
+        d.steps.append(step)
+    for h in d.hypotheses:
+        h.probability = round(h.probability, 4)
+        h.after_first_pass = round(h.after_first_pass, 4)
+    return d
