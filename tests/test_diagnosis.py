@@ -1,0 +1,237 @@
+"""Differential diagnosis end to end: the simulator with one injected cause, the real CLI, the JSON schema.
+
+For each profile the cause cannot be read off the baseline alone (queueing needs concurrency:
+background load from a thread and no metrics; slow prefill is invisible to "Say ok."; ...).
+The top finding must name the injected cause, the diagnosis must confirm it with its chain in
+the JSON, and the doctor must send fewer requests (counted at the server) than running every
+follow-up probe would. The recorded measurements replay to the same diagnosis.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmdoctor.context import Context
+from llmdoctor.diagnosis.budget import BudgetError, parse_budget
+from llmdoctor.diagnosis.evidence import FOLLOWUPS
+from llmdoctor.diagnosis.scoring import DECISIVE, REFUTE, STRONG, WEAK, expected_bits, status, update
+from llmdoctor.doctor import diagnose
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from llmdoctor.target import Options, Target
+from tests.cliutil import run_cli, validate_report
+
+
+class BackgroundLoad:
+    """Other clients keeping a one-slot server busy: sequential requests from `threads` threads."""
+
+    def __init__(self, url: str, threads: int = 1) -> None:
+        self.url, self.sent = url, 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+
+    def _loop(self) -> None:
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+        with httpx.Client(timeout=10) as client:
+            while not self._stop.is_set():
+                with self._lock:
+                    self.sent += 1
+                try:
+                    client.post(self.url + "/v1/chat/completions", json=body)
+                except httpx.HTTPError:
+                    pass
+
+    def __enter__(self) -> BackgroundLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+@dataclass
+class Case:
+    profile: str
+    cause: str
+    keywords: tuple[str, ...]
+    load: int = 0
+    no_metrics: bool = False
+    args: tuple[str, ...] = ()
+
+
+CASES = [
+    # One request at a time, busy with another client's traffic, no metrics: only the concurrency step shows it.
+    Case("queueing", "queueing", ("queue",), load=1, no_metrics=True),
+    Case("long-prefill", "long_prefill", ("prefill",)),
+    Case("slow-decode", "slow_decode", ("decode",)),
+    Case("cold-start", "cold_start", ("cold start",)),
+    Case("close-connections", "no_keepalive", ("connection",)),
+    Case("slow-floor", "server_floor", ("floor", "fixed")),
+]
+
+
+@dataclass
+class Run:
+    report: dict[str, Any]
+    doctor_requests: int
+    recording: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _check(server: SimServer, tmp: Path, *args: str) -> tuple[dict[str, Any], Path]:
+    """`llmdoctor check --json -o FILE --save-measurements FILE` in this process; the report schema-validated."""
+    from llmdoctor.cli import main
+
+    recording, out = tmp / "measurements.json", tmp / "report.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "-e", server.base_url, "--json", "-o", str(out), "--save-measurements", str(recording), *args])
+    assert exc.value.code in (0, 1, 2)
+    report = json.loads(out.read_text())
+    validate_report(report)
+    return report, recording
+
+
+@pytest.fixture(scope="module")
+def all_probes_requests() -> int:
+    """Requests of the fixed checklist plus every follow-up probe, counted at the server (healthy profile)."""
+    with SimServer(get_profile("healthy")) as server:
+        diagnose(Target(base_url=server.base_url), Options(followup=False))
+        total = server.requests_received
+        ctx = Context(target=Target(base_url=server.base_url), options=Options())
+        ctx.get("baseline")
+        for f in FOLLOWUPS:
+            if f.probe in ("sweep", "transport"):  # the fixed checklist measures these already
+                continue
+            before = server.requests_received
+            ctx.get(f.probe)
+            total += server.requests_received - before
+        ctx.close()
+    return total
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    out: dict[str, Run] = {}
+    for case in CASES:
+        tmp = tmp_path_factory.mktemp(case.profile)
+        with SimServer(get_profile(case.profile)) as server:
+            args = case.args + (("--metrics-url", server.url + "/no-metrics") if case.no_metrics else ())
+            if case.load:
+                with BackgroundLoad(server.url, case.load) as load:
+                    report, recording = _check(server, tmp, *args)
+                doctor = server.requests_received - load.sent
+            else:
+                report, recording = _check(server, tmp, *args)
+                doctor = server.requests_received
+        out[case.profile] = Run(report, doctor, recording)
+    yield out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.profile)
+def test_top_finding_names_the_injected_cause(case: Case, runs: dict[str, Run], all_probes_requests: int) -> None:
+    run = runs[case.profile]
+    report = run.report
+    top = report["findings"][0]
+    assert any(k in top["title"].lower() for k in case.keywords), (case.profile, [
+        (f["check_id"], f["title"], f["impact_ms"]) for f in report["findings"][:4]])
+    d = report["diagnosis"]
+    confirmed = [c["id"] for c in d["confirmed"]]
+    assert confirmed and confirmed[0] == case.cause, (confirmed, d["stop_reason"], d["hypotheses"])
+    assert any(f["check_id"] == "LD720" for f in report["findings"])
+    # The chain: symptom → hypotheses → … → conclusion, and what it is not.
+    chain = d["confirmed"][0]["chain"]
+    assert [link["stage"] for link in chain[:2]] == ["symptom", "hypotheses"]
+    assert chain[-1]["stage"] == "conclusion" and "confirmed" in chain[-1]["text"]
+    assert d["refuted"], "refuted hypotheses are listed"
+    assert all(h["probability"] <= REFUTE for h in d["refuted"])
+    # Fewer requests than running every follow-up probe, counted at the server.
+    assert run.doctor_requests == report["requests"]["sent"]
+    assert run.doctor_requests < all_probes_requests, (run.doctor_requests, all_probes_requests)
+    assert d["spent"]["requests"] <= d["budget"]["requests"]
+    print(f"{case.profile}: top {top['check_id']} {top['title']!r}; confirmed {confirmed[0]}; "
+          f"{run.doctor_requests} requests (follow-ups {d['spent']['requests']}) vs {all_probes_requests} "
+          f"for every follow-up probe; tests {[t['probe'] for t in d['tests'] if t['ran']]}")
+
+
+def test_queueing_needed_the_concurrency_step(runs: dict[str, Run]) -> None:
+    d = runs["queueing"].report["diagnosis"]
+    ran = [t["probe"] for t in d["tests"] if t["ran"]]
+    assert "followup_concurrency" in ran
+    assert "lone_request" not in ran  # no metrics: not applicable
+    step = next(t for t in d["tests"] if t["probe"] == "followup_concurrency")
+    assert any(u["hypothesis"] == "queueing" and u["likelihood_ratio"] == DECISIVE for u in step["updates"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.profile)
+def test_replay_gives_the_same_diagnosis(case: Case, runs: dict[str, Run], capsys: pytest.CaptureFixture[str]) -> None:
+    run = runs[case.profile]
+    replayed = run_cli(capsys, "replay", str(run.recording), "--json")
+    assert replayed.report["diagnosis"] == run.report["diagnosis"]
+    markdown = run_cli(capsys, "replay", str(run.recording), "--format", "markdown").out
+    assert "## Differential diagnosis" in markdown and "conclusion:" in markdown and "Ruled out:" in markdown
+    text = run_cli(capsys, "replay", str(run.recording)).out
+    assert "Confirmed: " in text and "symptom: " in text
+
+
+def test_budget_bounds_the_follow_ups(tmp_path: Path) -> None:
+    with SimServer(get_profile("queueing")) as server:
+        report, _ = _check(server, tmp_path, "--budget", "requests=2,seconds=30")
+        received = server.requests_received
+    d = report["diagnosis"]
+    assert d["budget"] == {"requests": 2, "seconds": 30.0}
+    assert d["spent"]["requests"] <= 2
+    assert "budget spent" in d["stop_reason"]
+    assert sum(t["cost_requests"] for t in d["tests"] if t["ran"]) <= 2
+    assert received == report["requests"]["sent"]
+
+
+def test_no_followup_keeps_the_fixed_checklist(tmp_path: Path) -> None:
+    with SimServer(get_profile("long-prefill")) as server:
+        report, _ = _check(server, tmp_path, "--no-followup")
+    assert report["diagnosis"] is None
+    ld720 = next(c for c in report["checks"] if c["check_id"] == "LD720")
+    assert ld720["status"] == "skipped" and "no-followup" in ld720["reason"]
+    assert not any(p["name"] in ("prefill", "lone_request", "followup_concurrency") for p in report["probes"])
+
+
+def test_bad_budget_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_cli(capsys, "check", "-e", "http://127.0.0.1:9", "--budget", "requests=lots")
+    assert result.code == 3 and "--budget" in result.err
+
+
+def test_parse_budget() -> None:
+    assert parse_budget("requests=4,seconds=10s", 12, 30.0) == (4, 10.0)
+    assert parse_budget("seconds=5", 12, 30.0) == (12, 5.0)
+    for bad in ("requests=-1", "minutes=3", "requests"):
+        with pytest.raises(BudgetError):
+            parse_budget(bad, 12, 30.0)
+
+
+def test_scoring_arithmetic() -> None:
+    assert update(0.2, DECISIVE) == pytest.approx(25 / 26)
+    assert status(update(0.2, DECISIVE)) == "confirmed"
+    assert status(update(0.2, 1 / STRONG)) == "refuted"
+    assert status(update(update(update(0.2, WEAK), WEAK), WEAK)) == "open"
+    assert expected_bits(0.5, 0.95, 0.05) > expected_bits(0.2, 0.95, 0.05) > expected_bits(0.2, 0.7, 0.3) > 0
+    assert expected_bits(0.99, 0.95, 0.05) == 0.0
+
+
+def test_schema_version_bumped_for_the_diagnosis() -> None:
+    from llmdoctor.report import SCHEMA_VERSION
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "llmdoctor/schema/report.schema.json").read_text())
+    assert "diagnosis" in schema["properties"]
+    major, minor = (int(x) for x in SCHEMA_VERSION.split("."))
+    assert (major, minor) >= (1, 2)
