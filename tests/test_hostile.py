@@ -413,7 +413,8 @@ def test_hostile_endpoint(case: Case, capsys: pytest.CaptureFixture[str], monkey
     outputs = [result.out, result.err, saved.read_text()]
     if text is not None:
         outputs += [text.out, text.err]
-        assert text.code == result.code
+        # A working stream's warnings depend on measured timings, which differ between two runs.
+        assert text.code == result.code if case.code is not None else text.code in (0, 1)
         if case.title:  # the human report names it on one line
             assert any(case.title in line and "LD001" in line for line in text.out.splitlines()), text.out
     for out in outputs:
@@ -529,3 +530,22 @@ def test_concurrency_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
     probes = {p["name"]: p for p in result.report["probes"]}
     assert "opt-in" in probes["concurrency"]["reason"]
     assert result.report["requests"]["sent"] <= 30
+
+
+@pytest.mark.parametrize("chat", [_echo_secrets(422), _echo_sse], ids=["error-body", "sse-tokens"])
+def test_canary_in_no_report_format(chat: Handler, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Servers echoing the credentials: every renderer (text, JSON, Markdown, JUnit, HTML) masks them."""
+    from llmdoctor.render import RENDERERS
+
+    monkeypatch.setenv(KEY_ENV, CANARY_KEY)
+    with ScriptedServer(_routes(OK_MODELS, chat), keep_alive=True) as srv:
+        for fmt in RENDERERS:
+            out = tmp_path / f"report.{fmt}"
+            result = run_cli(capsys, "check", "-e", srv.url, "--model", "m", "--api-key-env", KEY_ENV,
+                             "--header", f"x-api-key: {CANARY_HEADER}", "--header", f"Cookie: s={CANARY_HEADER}x",
+                             "--select", "LD0,LD7", "--samples", "1", "--timeout", "2", "--format", fmt,
+                             "-o", str(out), "--verbose")
+            _assert_no_canary(result.out, result.err, out.read_text())
+        echoed = [r for r in srv.requests if CANARY_KEY.encode() in r]
+    assert echoed  # the key was sent, and echoed back, so the masking was really exercised
