@@ -64,7 +64,7 @@ class ConfirmedCause(Check):
         refuted = ", ".join(h.title.lower() for h in d.refuted) or "none"
         for h in d.confirmed:
             spec = BY_ID[h.id]
-            chain = " → ".join(link.text for link in d.chain(h.id) if link.stage in ("test", "conclusion"))
+            chain = " → ".join(link.text for link in d.chain(h.id) if link.stage in ("result", "conclusion"))
             tests = sum(1 for s in d.steps if s.ran)
             yield Finding(
                 Severity.WARNING,
