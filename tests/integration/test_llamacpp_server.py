@@ -124,15 +124,16 @@ def test_logit_bias_on_eos_controls_the_stop(client: httpx.Client) -> None:
 
 
 def test_total_time_grows_with_output_tokens(client: httpx.Client) -> None:
-    best: dict[int, float] = {}
-    for n in (1, 32, 64):
-        samples = []
-        for rep in range(3):
+    # Lengths are interleaved (1, 32, 64, 1, 32, 64, ...) so a burst of load from elsewhere on the
+    # machine hits every length alike; the best of 5 per length is compared.
+    samples: dict[int, list[float]] = {1: [], 32: [], 64: []}
+    for rep in range(5):
+        for n in samples:
             elapsed, body = timed_post(client, "/v1/completions", {
                 "model": MODEL, "prompt": f"decode {n} {rep}", "max_tokens": n, "logit_bias": NO_EOS})
             assert body["usage"]["completion_tokens"] == n
-            samples.append(elapsed)
-        best[n] = min(samples)
+            samples[n].append(elapsed)
+    best = {n: min(values) for n, values in samples.items()}
     assert best[1] < best[32] < best[64], best
     # ~8-10 ms per output token on 2 cores; demand at least 2 ms.
     assert best[64] - best[1] > 63 * 0.002, best
