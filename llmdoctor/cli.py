@@ -174,7 +174,7 @@ def cli() -> None:
               help="Opt-in concurrency probe: latency at 1 vs N parallel requests.")
 @click.option("--idle-test", "idle_test_s", type=click.FloatRange(0, 3600), default=0.0, metavar="SECONDS",
               help="Opt-in: wait this long idle, then measure the after-idle penalty.")
-@click.option("--budget", "followup_budget", default="requests=12,seconds=30", show_default=True,
+@click.option("--budget", "followup_budget", default="requests=10,seconds=30", show_default=True,
               metavar="requests=N,seconds=S",
               help="What the follow-up tests of the differential diagnosis (LD720) may spend.")
 @click.option("--no-followup", is_flag=True, help="Fixed checklist only: no hypotheses, no follow-up tests.")

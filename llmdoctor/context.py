@@ -191,7 +191,10 @@ class Context:
         spec = self.probes.get(name)
         if spec is None:
             return _Slot(ProbeStatus(name, False, f"unknown probe {name!r}"))
-        if self.recorded is not None and not spec.derived and not (
+        # A derived probe (the diagnosis) is recomputed from the recorded results it reads, if the
+        # recorded run had it (or, for fixture cases, whenever local probes run too).
+        recompute = spec.derived and (spec.name in self.recorded or self.replay_local) if self.recorded else False
+        if self.recorded is not None and not recompute and not (
                 spec.local and self.replay_local and spec.name not in self.recorded):
             return self._replay(spec)
         if self.deadline_at is not None and self.time_left() == 0:

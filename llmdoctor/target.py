@@ -116,5 +116,5 @@ class Options:
     verbose: bool = False
     # Differential diagnosis (probe ``diagnosis``, check LD720): follow-up tests within this budget.
     followup: bool = True
-    followup_requests: int = 12
+    followup_requests: int = 10
     followup_seconds: float = 30.0

@@ -100,13 +100,13 @@ def diagnose_followups(ctx: Any) -> Diagnosis:
     from llmdoctor.context import ProbeUnavailable
 
     options = ctx.options
-    if not getattr(options, "followup", True):
+    if not options.followup:
         raise ProbeUnavailable("follow-up tests off (--no-followup)")
     ctx.get("baseline")  # nothing to diagnose without a working request (raises with the reason)
     ctx.optional("server_metrics")
     facts: Facts = facts_from(ctx)
-    d = Diagnosis(symptom=symptom(facts), budget_requests=int(getattr(options, "followup_requests", 12)),
-                  budget_s=float(getattr(options, "followup_seconds", 30.0)))
+    d = Diagnosis(symptom=symptom(facts), budget_requests=options.followup_requests,
+                  budget_s=options.followup_seconds)
     d.hypotheses = [HypothesisState(h.id, h.title, h.prior, h.prior, "open") for h in HYPOTHESES]
     seen, impacts = first_pass(facts)
     _apply(d, seen, "first pass (first request, baseline, GET /v1/models, metrics)", impacts)
