@@ -237,9 +237,15 @@ def bench_fidelity(delays_ms: Sequence[float], per_token_ms: float, tokens: int,
                             add("stream ttft, from start", "curl", c.get("first_data_ms"), truth_ttft)
                             add("stream total, from start", "llmdoctor", timing.total_ms, truth_total)
                             add("stream total, from start", "curl", c["total_ms"], truth_total)
-                        else:  # ttft = total = first byte: the headers come with the whole answer
+                        else:  # the headers come with the whole answer
+                            # llmdoctor's ttft of a non-streamed request is its end of body (total),
+                            # curl's time_starttransfer its first byte: both rows, like with like.
                             add("non-stream ttft, from start", "llmdoctor", timing.ttft_ms, truth_total)
                             add("non-stream ttft, from start", "curl", c["ttfb_ms"], truth_total)
+                            add("non-stream first byte, from start", "llmdoctor", timing.ttfb_ms, truth_total)
+                            add("non-stream first byte, from start", "curl", c["ttfb_ms"], truth_total)
+                            add("non-stream total, from start", "llmdoctor", timing.total_ms, truth_total)
+                            add("non-stream total, from start", "curl", c["total_ms"], truth_total)
             for metric, by_client in errors.items():
                 ours = _median([abs(e) for e in by_client["llmdoctor"]])
                 ref = _median([abs(e) for e in by_client["curl"]])
@@ -319,14 +325,14 @@ def _timings(measurements: Any) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def run_check(profile: str, knobs: dict[str, Any], tmp: Path) -> dict[str, Any]:
+def run_check(profile: str, knobs: dict[str, Any], tmp: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
     """One default ``llmdoctor check`` against a simulator process: wall, RSS, requests."""
     report_path, saved = tmp / "report.json", tmp / "measurements.json"
     with SimProcess(profile, **knobs) as sim:
         before = sim.count()["requests_received"]
         wall, rss_mb, code = _run_measured(
             [*_llmdoctor_cmd(), "check", "--endpoint", sim.base_url, "--json", "--output", str(report_path),
-             "--save-measurements", str(saved)])
+             "--save-measurements", str(saved), *extra])
         counted = sim.count()
     report = json.loads(report_path.read_text())
     timings = _timings(json.loads(saved.read_text())["measurements"])
@@ -349,6 +355,9 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         fast = [run_check("healthy", zero, Path(tmp)) for _ in range(repeats)]
         slow = run_check("slow-floor", {}, Path(tmp))
+        # For attribution only: the same without the differential diagnosis' follow-up tests.
+        fast_nf = run_check("healthy", zero, Path(tmp), ["--no-followup"])
+        slow_nf = run_check("slow-floor", {}, Path(tmp), ["--no-followup"])
     own = _median([r["wall_s"] for r in fast])
     ratio = round(slow["wall_s"] / slow["sum_request_latency_s"], 3)
     rss = max(r["peak_rss_mb"] or 0 for r in fast)
@@ -364,6 +373,11 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
         "peak_rss_met": rss < TARGETS["check_rss_mb"],
         "requests_at_server": requests,
         "requests_met": requests <= TARGETS["requests"],
+        "without_followups": {
+            "zero_latency_run": fast_nf,
+            "slow_floor_run": slow_nf,
+            "slow_ratio": round(slow_nf["wall_s"] / slow_nf["sum_request_latency_s"], 3),
+        },
     }
 
 
@@ -464,6 +478,9 @@ def _table(result: dict[str, Any]) -> Iterator[str]:
     yield f"{'  (python -c pass median ms)':<52}{st['python -c pass']['median_ms']:>14.1f}"
     nb = st["no_bytecode_cache"]["llmdoctor checks"]["ratio"]
     yield f"{'  (llmdoctor checks, no bytecode cache: ratio)':<52}{nb:>14.2f}"
+    nf = ov["without_followups"]
+    yield f"{'  (--no-followup: own cost s, slow ratio, requests)':<52}" \
+          f"{nf['zero_latency_run']['wall_s']:>6.2f},{nf['slow_ratio']:>6.3f},{nf['zero_latency_run']['requests_at_server']:>4}"
     yield f"{'peak RSS of a default check (MB)':<52}{ov['peak_rss_mb']:>14.1f}{'< 120':>12}  " \
           f"{yes(ov['peak_rss_met'])}"
     yield f"{'requests sent by a default check (at the server)':<52}{ov['requests_at_server']:>14}{'<= 25':>12}  " \
@@ -494,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "fidelity_delays_ms": [20, 200] if quick else [20, 200, 1000],
         "fidelity_per_token_ms": 5.0,
         "fidelity_tokens": 20,
-        "fidelity_repeats": 3 if quick else 10,
+        "fidelity_repeats": 3 if quick else 20,
         "check_repeats": 1 if quick else 3,
         "startup_repeats": 3 if quick else 15,
         "logscan_size_mb": 20 if quick else 500,
