@@ -94,7 +94,8 @@ def test_replay_reproduces_the_diagnosis(capsys: pytest.CaptureFixture[str], tmp
         live = run_cli(capsys, "check", "-e", server.url, "--json", "--select", SPINE,
                        "--save-measurements", str(saved))
     replayed = run_cli(capsys, "replay", str(saved), "--json")
-    assert finding_ids(replayed.report) == finding_ids(live.report) == ["LD301", "LD702"]
+    assert finding_ids(replayed.report) == finding_ids(live.report)
+    assert {"LD301", "LD702"} <= set(finding_ids(live.report))
     assert replayed.report["replayed"] is True and replayed.report["requests"]["sent"] == 0
     assert replayed.code == live.code == 1
 
@@ -109,7 +110,8 @@ def test_demo_runs_without_a_server() -> None:
 
 def test_default_check_reports_every_request_and_connection_the_server_saw(capsys: pytest.CaptureFixture[str]) -> None:
     with SimServer(get_profile("healthy")) as server:
-        result = run_cli(capsys, "check", "-e", server.url, "--json")
+        # --no-followup: the differential diagnosis may open a fresh connection on purpose
+        result = run_cli(capsys, "check", "-e", server.url, "--json", "--no-followup")
         requests, connections = server.requests_received, server.connections_accepted
     sent = result.report["requests"]
     assert sent["sent"] == requests <= 25
