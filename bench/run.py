@@ -20,8 +20,10 @@ Sections (targets from the issue "Benchmarks: measurement fidelity, overhead, st
    of curl's.
 2. overhead: wall time of a default ``llmdoctor check`` (a subprocess) against a zero-latency
    simulator (the tool's own cost, start-up included; target <= 3 s), and against the
-   ``slow-floor`` profile as a ratio to the sum of its probe requests' latencies (read from
-   ``--save-measurements``; target <= 1.2).
+   ``slow-floor`` profile as a ratio to the time its requests took (target <= 1.2): judged on
+   the server's own count (the union of the spans in which the simulator was answering a
+   request), since ``--save-measurements`` keeps some probes' requests only as summaries
+   (prefill, concurrency); the ratio to the sum of the saved request latencies is given too.
 3. start-up: ``llmdoctor --help`` and ``llmdoctor checks`` vs ``python -c pass`` (median of N
    interleaved runs of the console script itself, not a pyenv shim; target <= 4x).
 4. memory: peak RSS of the default check (target < 120 MB), read by GNU ``time -f %M`` (falls
@@ -76,14 +78,45 @@ TARGETS = {
 # The simulator as a child process: prints its base URL, answers "count" with the server's
 # request counters as JSON, stops at end of input.
 SIM_SCRIPT = r"""
-import json, sys
+import json, sys, threading, time
 from llmdoctor.sim import SimServer, get_profile
+from llmdoctor.sim import server as _server
+
+spans, lock = [], threading.Lock()
+
+def _timed(method):
+    def run(self):
+        started = time.monotonic()
+        try:
+            return method(self)
+        finally:
+            with lock:
+                spans.append((started, time.monotonic()))
+    return run
+
+for name in ("do_GET", "do_POST", "do_HEAD"):
+    setattr(_server._Handler, name, _timed(getattr(_server._Handler, name)))
+
+def busy_s():
+    # The union of the requests' spans: time the server was answering llmdoctor.
+    total, end = 0.0, None
+    with lock:
+        ordered = sorted(spans)
+    for a, b in ordered:
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
 knobs = json.loads(sys.argv[2])
 with SimServer(get_profile(sys.argv[1], **knobs)) as sim:
     print(sim.base_url, flush=True)
     for line in sys.stdin:
         print(json.dumps({"requests_received": sim.requests_received, "by_path": sim.requests_by_path,
-                          "connections": sim.connections_accepted}), flush=True)
+                          "connections": sim.connections_accepted, "busy_s": busy_s()}), flush=True)
 """
 
 
@@ -329,7 +362,8 @@ def run_check(profile: str, knobs: dict[str, Any], tmp: Path, extra: Sequence[st
     """One default ``llmdoctor check`` against a simulator process: wall, RSS, requests."""
     report_path, saved = tmp / "report.json", tmp / "measurements.json"
     with SimProcess(profile, **knobs) as sim:
-        before = sim.count()["requests_received"]
+        first = sim.count()
+        before = first["requests_received"]
         wall, rss_mb, code = _run_measured(
             [*_llmdoctor_cmd(), "check", "--endpoint", sim.base_url, "--json", "--output", str(report_path),
              "--save-measurements", str(saved), *extra])
@@ -345,6 +379,9 @@ def run_check(profile: str, knobs: dict[str, Any], tmp: Path, extra: Sequence[st
         "requests_reported": report["requests"]["sent"],
         "timed_requests_saved": len(timings),
         "sum_request_latency_s": round(sum(t["total_ms"] or 0 for t in timings) / 1000, 3),
+        # The server's view: the union of the time it spent answering each request (complete, where
+        # saved measurements keep some probes' requests only as summaries: prefill, concurrency).
+        "server_busy_s": round(counted["busy_s"] - first["busy_s"], 3),
         "report_duration_s": round(report["duration_ms"] / 1000, 3),
     }
 
@@ -359,7 +396,7 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
         fast_nf = run_check("healthy", zero, Path(tmp), ["--no-followup"])
         slow_nf = run_check("slow-floor", {}, Path(tmp), ["--no-followup"])
     own = _median([r["wall_s"] for r in fast])
-    ratio = round(slow["wall_s"] / slow["sum_request_latency_s"], 3)
+    ratio = round(slow["wall_s"] / slow["server_busy_s"], 3)
     rss = max(r["peak_rss_mb"] or 0 for r in fast)
     requests = max(r["requests_at_server"] for r in fast)
     return {
@@ -367,6 +404,7 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
         "own_cost_s": own,
         "own_cost_met": own is not None and own <= TARGETS["own_cost_s"],
         "slow_floor_run": slow,
+        "slow_ratio_to_saved_latencies": round(slow["wall_s"] / slow["sum_request_latency_s"], 3),
         "slow_ratio": ratio,
         "slow_ratio_met": ratio <= TARGETS["slow_ratio"],
         "peak_rss_mb": rss,
@@ -376,7 +414,7 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
         "without_followups": {
             "zero_latency_run": fast_nf,
             "slow_floor_run": slow_nf,
-            "slow_ratio": round(slow_nf["wall_s"] / slow_nf["sum_request_latency_s"], 3),
+            "slow_ratio": round(slow_nf["wall_s"] / slow_nf["server_busy_s"], 3),
         },
     }
 
@@ -468,9 +506,10 @@ def _table(result: dict[str, Any]) -> Iterator[str]:
     yield f"{'own cost: default check, zero-latency sim (s)':<52}{ov['own_cost_s']:>14.2f}{'<= 3':>12}  " \
           f"{yes(ov['own_cost_met'])}"
     s = ov["slow_floor_run"]
-    yield f"{'slow-floor: wall / sum of request latencies':<52}{ov['slow_ratio']:>14.3f}{'<= 1.2':>12}  " \
+    yield f"{'slow-floor: wall / server time answering requests':<52}{ov['slow_ratio']:>14.3f}{'<= 1.2':>12}  " \
           f"{yes(ov['slow_ratio_met'])}"
-    yield f"{'  (wall s, sum of latencies s)':<52}{s['wall_s']:>7.2f},{s['sum_request_latency_s']:>6.2f}"
+    yield f"{'  (wall s, server busy s, saved latencies s)':<52}{s['wall_s']:>6.2f},{s['server_busy_s']:>6.2f}," \
+          f"{s['sum_request_latency_s']:>6.2f}"
     st = result["startup"]
     for name in ("llmdoctor --help", "llmdoctor checks"):
         yield f"{name + ' / python -c pass (median)':<52}{st[name]['ratio']:>14.2f}{'<= 4':>12}  " \
