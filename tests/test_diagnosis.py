@@ -185,6 +185,12 @@ def test_replay_gives_the_same_diagnosis(case: Case, runs: dict[str, Run], capsy
     assert "Confirmed: " in text and "symptom: " in text
 
 
+def test_html_shows_the_chain(runs: dict[str, Run], capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("plotly")
+    page = run_cli(capsys, "replay", str(runs["slow-floor"].recording), "--format", "html").out
+    assert "<h2>Differential diagnosis</h2>" in page and "<ol class=chain>" in page and "Ruled out:" in page
+
+
 def test_budget_bounds_the_follow_ups(tmp_path: Path) -> None:
     with SimServer(get_profile("queueing")) as server:
         report, _ = _check(server, tmp_path, "--budget", "requests=2,seconds=30")

@@ -34,6 +34,8 @@ SLOW_RTT_MS = 50.0
 FAST_RTT_MS = 5.0
 QUEUE_SLOWDOWN = 1.5      # worst of N parallel over a lone request
 NO_SLOWDOWN = 1.2
+SERIAL_SPREAD = 0.35       # parallel requests finishing this far apart (× a lone one) were served in turn
+PARALLEL_SPREAD = 0.15
 
 
 @dataclass
@@ -194,12 +196,16 @@ def _concurrency(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     if not single or not r.parallel_ms:
         return [], {}
     worst = max(r.parallel_ms)
-    seen = f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×)"
-    if worst >= QUEUE_SLOWDOWN * single and worst - single >= 30:
-        return ([("queueing", DECISIVE, f"{seen}: the second request waited for the first"),
+    # Started together: one after the other, they finish a service time apart; in parallel, together.
+    spread = worst - min(r.parallel_ms) if len(r.parallel_ms) >= 2 else 0.0
+    seen = (f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×), "
+            f"{spread:,.0f} ms between first and last")
+    slower = worst >= QUEUE_SLOWDOWN * single and worst - single >= 30
+    if slower or (spread >= SERIAL_SPREAD * single and spread >= 30):
+        return ([("queueing", DECISIVE, f"{seen}: served one after the other"),
                  ("server_floor", 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
-                {"queueing": (worst - single, "extra wait of a request queued behind one other")})
-    if worst <= NO_SLOWDOWN * single:
+                {"queueing": (max(worst - single, spread), "extra wait of a request queued behind one other")})
+    if worst <= NO_SLOWDOWN * single and spread <= PARALLEL_SPREAD * single:
         out: list[Seen] = [("queueing", 1 / STRONG, f"{seen}: served in parallel")]
         if single >= FLOOR_MS:
             out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))

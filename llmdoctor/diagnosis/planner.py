@@ -135,6 +135,9 @@ def diagnose_followups(ctx: Any) -> Diagnosis:
                 continue
             if global_left is not None and requests > global_left:
                 continue
+            time_left = ctx.time_left() if ctx.recorded is None else None
+            if time_left is not None and seconds > time_left:
+                continue  # --deadline: not enough time left for this test
             fitting.append((-bits / cost_units(requests, seconds), requests, order, f, free, requests, seconds, bits))
         if not worth:
             d.stop_reason = "no test left that could change the picture"
