@@ -101,6 +101,7 @@ class QueueBuilding(Check):
                     *knob(m.backend, "queue"),
                 ),
             ),
+            cause="queueing",
             impact_ms=impact,
             impact_basis=basis,
             evidence=tuple(evidence),

@@ -79,6 +79,7 @@ class ColdStart(Check):
                     "Raise keep-alive so idle models are not unloaded (Ollama: OLLAMA_KEEP_ALIVE).",
                 ),
             ),
+            cause="cold_start",
             impact_ms=penalty,
             impact_basis="extra time to first token, paid once per cold start",
             evidence=(

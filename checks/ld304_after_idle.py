@@ -65,6 +65,7 @@ class AfterIdlePenalty(Check):
                 f"After {idle.idle_s:g} s without requests, the first one took {measured:.0f} ms against a warm "
                 f"median of {warm:.0f} ms.{reconnect}"
             ),
+            cause="cold_start",
             impact_ms=round(penalty, 1),
             impact_basis="extra latency of the first request after the idle pause",
             evidence=(

@@ -66,6 +66,7 @@ class RttShare(Check):
                 f"The round trip to {tr.host}:{tr.port} is {rtt:.0f} ms against a {total:.0f} ms "
                 "minimal request: every request pays it before its first token."
             ),
+            cause="slow_network",
             impact_ms=round(rtt, 1),
             impact_basis="one round trip per request",
             evidence=tuple(evidence),

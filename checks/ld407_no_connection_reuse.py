@@ -73,6 +73,7 @@ class NoConnectionReuse(Check):
                 f"Of {ka.requests} requests, {ka.reused} reused a connection: {who}. Each request pays "
                 f"connect{' + TLS' if tr.scheme == 'https' else ''} again, about {cost:.0f} ms."
             ),
+            cause="no_keepalive",
             impact_ms=round(cost, 1),
             impact_basis="connect (+TLS) handshake per request",
             evidence=tuple(evidence),

@@ -70,6 +70,7 @@ class DecodeSpeed(Check):
                     "Cap max_tokens and add stop sequences for short answers.",
                 ),
             ),
+            cause="slow_decode",
             impact_ms=per_token * typical,
             impact_basis=f"per-token slope × a typical {typical}-token answer",
             evidence=(

@@ -74,6 +74,8 @@ class ConfirmedCause(Check):
                 f"Ruled out: {refuted}.",
                 Fix(spec.fix, spec.steps),
                 impact_ms=h.impact_ms,
+                cause=h.id,
+                restatement=True,
                 impact_basis=h.impact_basis,
                 evidence=tuple(Evidence(o.source, o.text, f"LR {o.likelihood_ratio:g}", "diagnosis")
                                for o in h.evidence),

@@ -79,6 +79,12 @@ class Finding:
     impact_ms: float | None = None
     impact_basis: str = ""
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
+    # A stable name of the cause this finding reports ("cold_start", "slow_decode", ...), shared by
+    # the checklist checks and the differential diagnosis's hypotheses, so one cause is listed once.
+    cause: str = ""
+    # True for a finding that restates a cause from a synthesis of other measurements (the
+    # differential diagnosis): it yields to a checklist finding of the same cause.
+    restatement: bool = False
     check_id: str = ""
     category: str = ""
     docs: str = ""

@@ -17,11 +17,12 @@ __all__ = [
     "Breakdown",
     "Report",
     "rank",
+    "without_restatements",
     "exit_code_for",
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ExitCode:
@@ -116,6 +117,17 @@ def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:
     if Severity.WARNING in severities and fail_on == "warning":
         return ExitCode.WARNING
     return ExitCode.OK
+
+
+def without_restatements(findings: Sequence[Finding]) -> list[Finding]:
+    """Drop a restating finding whose cause a checklist finding already reports.
+
+    The differential diagnosis confirms causes that checklist checks may already have named
+    (a cold start is both LD301 and a confirmed hypothesis): the checklist finding stays, and the
+    diagnosis's chain of evidence remains in the report's diagnosis section.
+    """
+    direct = {f.cause for f in findings if f.cause and not f.restatement}
+    return [f for f in findings if not (f.restatement and f.cause in direct)]
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:

@@ -43,6 +43,7 @@ def _finding(f: Finding, rank: int) -> dict[str, Any]:
         "message": f.message,
         "impact_ms": _round(f.impact_ms),
         "impact_basis": f.impact_basis,
+        "cause": f.cause,
         "evidence": [_evidence(e) for e in f.evidence],
         "fix": {"summary": f.fix.summary, "steps": list(f.fix.steps)},
         "docs": f.docs,
