@@ -46,6 +46,7 @@ PROBE_DEPENDS: dict[str, tuple[str, ...]] = {
     "transport": ("baseline",),
     "context_window": ("discovery",),
     "server_tokens": ("discovery",),
+    "diagnosis": ("first_request", "baseline", "server_metrics"),
 }
 
 
@@ -96,6 +97,12 @@ def _requests(probe: str, target: Target, o: Options) -> list[PlannedRequest]:
                                            '"max_tokens": 1, "stream": true}', 2)],
         "idle": lambda: ([PlannedRequest(probe, "POST", chat, CHAT_BODY, 1, f"after {o.idle_test_s:g} s idle")]
                          if o.idle_test_s > 0 else []),
+        "diagnosis": lambda: ([PlannedRequest(probe, "POST/GET", f"{chat}, {root}/metrics", "follow-up tests",
+                                              o.followup_requests,
+                                              "the differential diagnosis orders only the tests that still tell "
+                                              "its hypotheses apart (prompt-length pair, lone request, 2 at once, "
+                                              "repeated prompt, 2 s idle), within --budget")]
+                              if o.followup else []),
         "concurrency": lambda: ([PlannedRequest(probe, "POST", chat, CHAT_BODY, 2 + o.concurrency,
                                                 f"2 alone, then {o.concurrency} in parallel")]
                                 if o.concurrency > 0 else []),
