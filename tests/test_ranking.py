@@ -37,3 +37,12 @@ def test_exit_codes_follow_fail_on() -> None:
     assert exit_code_for([_f("LD1")]) == 1
     assert exit_code_for([_f("LD1")], fail_on="critical") == 0
     assert exit_code_for([_f("LD1"), _f("LD2", Severity.CRITICAL)], fail_on="critical") == 2
+
+
+def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
+    from llmdoctor.render.common import fit_summary
+    from llmdoctor.report import Breakdown
+
+    line = fit_summary(Breakdown(label="x", total_ms=10.0, fixed_ms=-7.0, per_token_ms=9.0, typical_output_tokens=64))
+    assert line is not None and "fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
+    assert fit_summary(Breakdown(label="x", total_ms=10.0)) is None

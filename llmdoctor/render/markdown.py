@@ -12,6 +12,7 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
+from llmdoctor.render.common import fit_summary, format_ms
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -27,8 +28,7 @@ def _esc(text: object) -> str:
     return s.replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:,.1f} ms"
+_ms = format_ms
 
 
 def _breakdown(b: Breakdown) -> list[str]:
@@ -43,15 +43,10 @@ def _breakdown(b: Breakdown) -> list[str]:
         f"total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"
         + (f" · a new connection adds {_ms(b.new_connection_ms)}" if b.new_connection_ms is not None else "")
     )
-    if b.fixed_ms is not None and b.per_token_ms is not None and b.typical_output_tokens:
-        n = b.typical_output_tokens
-        predicted = b.fixed_ms + b.per_token_ms * n
-        share = max(0.0, b.fixed_ms) / predicted if predicted > 0 else 0.0
+    fit = fit_summary(b)
+    if fit is not None:
         lines.append("")
-        lines.append(
-            f"Flat-latency fit: fixed {_ms(b.fixed_ms)} + {b.per_token_ms:.2f} ms/token → "
-            f"a {n}-token answer ≈ {_ms(predicted)} ({share:.0%} fixed)"
-        )
+        lines.append(fit)
     return lines + [""]
 
 

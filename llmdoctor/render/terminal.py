@@ -13,6 +13,7 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
+from llmdoctor.render.common import fit_summary, format_ms
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -24,8 +25,7 @@ STATUS_STYLE = {"ok": "bold green", "warning": "bold yellow", "critical": "bold 
 BAR_WIDTH = 32
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:,.1f} ms"
+_ms = format_ms
 
 
 def _breakdown(console: Console, b: Breakdown) -> None:
@@ -50,15 +50,9 @@ def _breakdown(console: Console, b: Breakdown) -> None:
     if b.new_connection_ms is not None:
         line += f" · a new connection adds {_ms(b.new_connection_ms)}"
     console.print(line, style="dim")
-    if b.fixed_ms is not None and b.per_token_ms is not None and b.typical_output_tokens:
-        n = b.typical_output_tokens
-        predicted = b.fixed_ms + b.per_token_ms * n
-        share = max(0.0, b.fixed_ms) / predicted if predicted > 0 else 0.0
-        console.print(
-            f"  Flat-latency fit: fixed {_ms(b.fixed_ms)} + {b.per_token_ms:.2f} ms/token → "
-            f"a {n}-token answer ≈ {_ms(predicted)} ({share:.0%} fixed)",
-            style="dim",
-        )
+    fit = fit_summary(b)
+    if fit is not None:
+        console.print(f"  {fit}", style="dim")
 
 
 def _indented(console: Console, text: str | Text, indent: int = 6, style: str = "") -> None:

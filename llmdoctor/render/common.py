@@ -1,0 +1,33 @@
+"""Wording shared by the human-readable renderers (terminal, Markdown, HTML)."""
+
+from __future__ import annotations
+
+from llmdoctor.report import Breakdown
+
+__all__ = ["format_ms", "fit_summary"]
+
+
+def format_ms(value: float | None) -> str:
+    """Milliseconds for people: ``1,234 ms``, ``12 ms``, ``0.4 ms``; an em dash for unknown."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f} ms" if abs(value) >= 10 else f"{value:,.1f} ms"
+
+
+def fit_summary(b: Breakdown) -> str | None:
+    """One line on the flat-latency fit, or None without one.
+
+    A negative intercept (per-token cost growing with length, as on llama.cpp) is shown as a
+    fixed cost of about 0 ms with the intercept in brackets, never as a negative cost.
+    """
+    if b.fixed_ms is None or b.per_token_ms is None or not b.typical_output_tokens:
+        return None
+    n = b.typical_output_tokens
+    fixed = max(0.0, b.fixed_ms)
+    predicted = b.fixed_ms + b.per_token_ms * n
+    share = fixed / predicted if predicted > 0 else 0.0
+    shown = format_ms(fixed) if b.fixed_ms >= 0 else f"≈ 0 ms (fitted intercept {format_ms(b.fixed_ms)})"
+    return (
+        f"Flat-latency fit: fixed {shown} + {b.per_token_ms:.2f} ms/token → "
+        f"a {n}-token answer ≈ {format_ms(predicted)} ({share:.0%} fixed)"
+    )
