@@ -120,3 +120,17 @@ def test_default_check_reports_every_request_and_connection_the_server_saw(capsy
     tests = (result.report["diagnosis"] or {}).get("tests", [])
     parallel = any(t["probe"] == "followup_concurrency" and t["ran"] for t in tests)
     assert sent["raw_connections"] >= 3 and connections == sent["raw_connections"] + 1 + parallel
+
+
+def test_an_oom_in_the_server_log_ranks_first_with_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.checkcases import FIXTURES
+
+    log = FIXTURES / "logs" / "vllm-oom.log"
+    with SimServer(get_profile("demo")) as server:
+        result = run_cli(capsys, "check", "-e", server.url, "--json", "--log", str(log), "--no-followup")
+    top = result.report["findings"][0]
+    assert result.code == 2
+    assert top["check_id"] == "LD206" and top["severity"] == "critical" and "out of memory" in top["title"].lower()
+    assert any(str(e["value"]).endswith("vllm-oom.log:12") or e["source"].endswith("vllm-oom.log:12")
+               for e in top["evidence"]), top["evidence"]
+    assert {"LD301", "LD702"} <= set(finding_ids(result.report)[1:])
