@@ -39,6 +39,7 @@ from tests.rawserver import (
     chunk,
     chunked_sse_response,
     http_response,
+    play,
     request_headers,
     request_line,
     unused_port,
@@ -71,19 +72,6 @@ def _silence(conn: socket.socket, request: bytes) -> bool:
 def _send(data: bytes, close: bool = False) -> Handler:
     def handler(conn: socket.socket, request: bytes) -> bool:
         conn.sendall(data)
-        if close:
-            conn.shutdown(socket.SHUT_RDWR)
-            return False
-        return True
-    return handler
-
-
-def _steps(steps: list[tuple[float, bytes]], close: bool = False) -> Handler:
-    def handler(conn: socket.socket, request: bytes) -> bool:
-        for delay, data in steps:
-            if delay:
-                time.sleep(delay)
-            conn.sendall(data)
         if close:
             conn.shutdown(socket.SHUT_RDWR)
             return False
@@ -293,7 +281,7 @@ CASES = [
          "Not an OpenAI-compatible response"),
     Case("sse-without-done", _routes(OK_MODELS, _sse_raw(_sse_bytes(TOKEN, TOKEN))),
          "Stream stopped mid-way after 2 tokens"),
-    Case("sse-cut-mid-way", _routes(OK_MODELS, _steps(chunked_sse_response([TOKEN, TOKEN, TOKEN], done=False,
+    Case("sse-cut-mid-way", _routes(OK_MODELS, play(chunked_sse_response([TOKEN, TOKEN, TOKEN], done=False,
                                                                            end=False), close=True)),
          "Stream stopped mid-way after 3 tokens", subprocess=True),
     Case("sse-malformed-comments-events-crlf",
@@ -429,7 +417,7 @@ def test_hostile_endpoint(case: Case, capsys: pytest.CaptureFixture[str], monkey
 
 def test_deadline_bounds_a_run_of_slow_requests(capsys: pytest.CaptureFixture[str]) -> None:
     """Each answer takes 1 s; with a budget of 20 such requests, --deadline 3 stops the run at 3 s."""
-    slow = _steps([(1.0, b"")] + chunked_sse_response([TOKEN, FINISH]))
+    slow = play([(1.0, b"")] + chunked_sse_response([TOKEN, FINISH]))
     with ScriptedServer(_routes(OK_MODELS, slow), keep_alive=True) as srv:
         started = time.perf_counter()
         result = run_cli(capsys, "check", "-e", srv.url, "--model", "m", "--timeout", "10", "--deadline", "3",
@@ -445,7 +433,7 @@ def test_deadline_bounds_a_run_of_slow_requests(capsys: pytest.CaptureFixture[st
 
 def test_ctrl_c_during_a_streaming_request_prints_the_partial_report(tmp_path: Path) -> None:
     """SIGINT while a slow stream is in flight: a JSON report marked interrupted, exit 3, no traceback."""
-    slow = _steps(chunked_sse_response([TOKEN] * 200, delay_s=0.1))
+    slow = play(chunked_sse_response([TOKEN] * 200, delay_s=0.1))
     with ScriptedServer(_routes(OK_MODELS, slow), keep_alive=True) as srv:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llmdoctor", "check", "-e", srv.url, "--model", "m", "--timeout", "60",
