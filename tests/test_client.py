@@ -11,31 +11,17 @@ import pytest
 from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ProbeClient
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.target import Target
-
-try:
-    from tests.rawserver import (
-        ScriptedServer,
-        chunk,
-        chunked_sse_response,
-        http_response,
-        play,
-        request_headers,
-        request_json,
-        request_line,
-        unused_port,
-    )
-except ImportError:  # pytest run from inside tests/ without the repository root on sys.path
-    from rawserver import (  # type: ignore[no-redef]
-        ScriptedServer,
-        chunk,
-        chunked_sse_response,
-        http_response,
-        play,
-        request_headers,
-        request_json,
-        request_line,
-        unused_port,
-    )
+from tests.rawserver import (
+    ScriptedServer,
+    chunk,
+    chunked_sse_response,
+    http_response,
+    play,
+    request_headers,
+    request_json,
+    request_line,
+    unused_port,
+)
 
 CANARY = "sk-canary-Zq81xTTp4RwM"
 
