@@ -11,7 +11,7 @@ from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
 from llmdoctor.context import Context
 from llmdoctor.registry import load_registry, select
-from llmdoctor.report import Report, rank, without_restatements
+from llmdoctor.report import Report, fold_restatements, rank
 from llmdoctor.runner import CheckOutcome, run_one
 from llmdoctor.target import Options, Target
 
@@ -60,7 +60,7 @@ def diagnose(
         interrupted = True
     finally:
         ctx.close()
-    findings = rank(without_restatements([f for o in outcomes for f in o.findings]))
+    findings = rank(fold_restatements(outcomes))
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
         model=_model(ctx, target),

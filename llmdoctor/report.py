@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from llmdoctor.context import ProbeStatus
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.runner import CheckOutcome
+from llmdoctor.runner import CheckOutcome, Status
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -18,6 +18,7 @@ __all__ = [
     "Report",
     "rank",
     "without_restatements",
+    "fold_restatements",
     "exit_code_for",
 ]
 
@@ -128,6 +129,27 @@ def without_restatements(findings: Sequence[Finding]) -> list[Finding]:
     """
     direct = {f.cause for f in findings if f.cause and not f.restatement}
     return [f for f in findings if not (f.restatement and f.cause in direct)]
+
+
+def fold_restatements(outcomes: Sequence[CheckOutcome]) -> list[Finding]:
+    """All findings of `outcomes` without restatements; each check that lost one says so.
+
+    A check whose only findings were restatements counts as passed, with the reason naming the
+    check that reports its cause, so the checks' tally agrees with the findings listed.
+    """
+    findings = [f for o in outcomes for f in o.findings]
+    kept = without_restatements(findings)
+    kept_ids = {id(f) for f in kept}
+    reporter = {f.cause: f.check_id for f in findings if f.cause and not f.restatement}
+    for outcome in outcomes:
+        dropped = [f for f in outcome.findings if id(f) not in kept_ids]
+        if not dropped:
+            continue
+        outcome.findings = [f for f in outcome.findings if id(f) in kept_ids]
+        outcome.reason = "; ".join(f"{f.cause} is already reported by {reporter[f.cause]}" for f in dropped)
+        if not outcome.findings:
+            outcome.status = Status.PASSED
+    return kept
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:

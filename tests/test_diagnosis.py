@@ -185,7 +185,7 @@ def test_replay_gives_the_same_diagnosis(case: Case, runs: dict[str, Run], capsy
     markdown = run_cli(capsys, "replay", str(run.recording), "--format", "markdown").out
     assert "## Differential diagnosis" in markdown and "conclusion:" in markdown and "Ruled out:" in markdown
     text = run_cli(capsys, "replay", str(run.recording)).out
-    assert "Confirmed: " in text and "symptom: " in text
+    assert "Confirmed: " in text and "Differential diagnosis — " in text and "conclusion: " in text
 
 
 def test_html_shows_the_chain(runs: dict[str, Run], capsys: pytest.CaptureFixture[str]) -> None:

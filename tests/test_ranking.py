@@ -46,3 +46,16 @@ def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
     line = fit_summary(Breakdown(label="x", total_ms=10.0, fixed_ms=-7.0, per_token_ms=9.0, typical_output_tokens=64))
     assert line is not None and "fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
     assert fit_summary(Breakdown(label="x", total_ms=10.0)) is None
+
+
+def test_folding_a_restatement_keeps_the_checks_tally_consistent() -> None:
+    from llmdoctor.report import fold_restatements
+    from llmdoctor.runner import CheckOutcome, Status
+
+    direct = CheckOutcome("LD301", "cold-start", "t", "cold_start", Status.FAILED, [_f("LD301", cause="cold_start")])
+    restated = CheckOutcome("LD720", "confirmed-cause", "t", "baseline", Status.FAILED,
+                            [_f("LD720", cause="cold_start", restatement=True)])
+    kept = fold_restatements([direct, restated])
+    assert [f.check_id for f in kept] == ["LD301"]
+    assert restated.status == Status.PASSED and restated.findings == []
+    assert restated.reason == "cold_start is already reported by LD301"

@@ -88,6 +88,8 @@ def _diagnosis(console: Console, d: Diagnosis) -> None:
 
     console.print(Text("Differential diagnosis — " + d.symptom, style="bold"))
     for kind, text in diagnosis_lines(d):
+        if kind == "link" and text.startswith("symptom:"):
+            continue  # the heading above already states the symptom
         if kind == "cause":
             _indented(console, Text(text, style="bold"), indent=2)
         else:
