@@ -422,7 +422,7 @@ def demo(profile: str, as_json: bool) -> None:
 def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
     """Serve the OpenAI-compatible simulator (real SSE streaming, injectable latency and faults)."""
     from llmdoctor.sim.profiles import PROFILES, get_profile
-    from llmdoctor.sim.server import serve_forever
+    from llmdoctor.sim.server import SimServer, serve_forever
 
     if list_profiles:
         for name, p in PROFILES.items():
@@ -433,8 +433,8 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
     except KeyError as exc:
         raise UsageProblem(str(exc.args[0]) if exc.args else f"unknown profile {profile!r}") from None
 
-    def ready(url: str) -> None:
-        click.echo(f"llmdoctor simulator '{profile}' serving {url}/v1 (Ctrl-C to stop)", err=True)
+    def ready(server: SimServer) -> None:
+        click.echo(f"llmdoctor simulator '{profile}' serving {server.base_url} (Ctrl-C to stop)", err=True)
 
     serve_forever(sim_profile, host, port, ready_callback=ready)
 

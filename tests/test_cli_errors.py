@@ -133,3 +133,19 @@ def test_checks_lists_the_checklist_and_explain_prints_docs(capsys: pytest.Captu
     for section in ("## What it checks", "## Why it adds latency", "## Fix"):
         assert section in docs.out
     assert finding_ids({"findings": []}) == []
+
+
+def test_serve_sim_announces_its_url() -> None:
+    """The ready line names the URL to pass to --endpoint, not an object's repr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmdoctor", "serve-sim", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "object at 0x" not in line, line
+    assert "serving http://127.0.0.1:" in line and line.split()[4].endswith("/v1"), line
