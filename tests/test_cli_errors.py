@@ -70,6 +70,7 @@ def test_unauthorized_is_critical_with_the_fix(capsys: pytest.CaptureFixture[str
     top = result.report["findings"][0]
     assert result.code == 2 and "authentication failed" in top["title"].lower()
     assert "--api-key-env" in " ".join(top["fix"]["steps"])
+    assert "HTTP 401: HTTP 401" not in top["message"] and "HTTP 401: " in top["message"]
     assert generation == 0  # a 401 on /models stops the doctor before any generation request
 
 

@@ -39,8 +39,11 @@ _STOP_STATUSES = {401, 403, 404, 429, 503}
 def describe_failure(timing: RequestTiming) -> str:
     """One line saying how a request failed."""
     if timing.error == ErrorKind.HTTP_STATUS:
+        head = f"HTTP {timing.status}"
+        if timing.error_detail.startswith(head):
+            return timing.error_detail  # the client already names the status ("HTTP 401: ...")
         detail = f": {timing.error_detail}" if timing.error_detail else ""
-        return f"HTTP {timing.status}{detail}"
+        return f"{head}{detail}"
     kind = (timing.error or "unknown error").replace("_", " ")
     detail = timing.error_detail
     if not detail or detail.lower().startswith(kind):
