@@ -24,7 +24,7 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
     Hypothesis(
         "queueing", "Queueing at the server",
         "Give the server more parallel capacity, or send it less at once.",
-        ("Raise the batch/concurrency limit (vLLM --max-num-seqs, TGI --max-concurrent-requests, "
+        ("Raise the batch/concurrency limit (vLLM --max-num-seqs, TGI --max-batch-total-tokens, "
          "llama.cpp --parallel) if memory allows; use a continuous-batching backend.",
          "Add replicas behind the load balancer, or rate-limit and smooth bursts on the client.",
          "Watch the queue (vllm:num_requests_waiting, request_queue_time_seconds) after the change."),

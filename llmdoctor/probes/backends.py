@@ -81,7 +81,8 @@ BACKENDS: dict[str, Backend] = {
             prefix="llamacpp:",
             running=("llamacpp:requests_processing",),
             waiting=("llamacpp:requests_deferred",),
-            # Removed upstream; still exported by older builds and forks.
+            # kv_cache_usage_ratio and kv_cache_tokens were removed upstream (not in
+            # tools/server/README.md "Available metrics"); older builds and forks still export them.
             kv_usage=("llamacpp:kv_cache_usage_ratio",),
             extra=(
                 "llamacpp:kv_cache_tokens",
@@ -120,7 +121,8 @@ def detect_backend(sample_names: set[str]) -> str | None:
 
 
 # The backends' own knobs for each kind of server-side pressure (checked against their docs:
-# vLLM engine args, TGI launcher args, llama.cpp server README, SGLang server args, Ollama FAQ).
+# vLLM engine args, TGI launcher args, llama.cpp server README, SGLang server args, Ollama FAQ);
+# each flag and its source are listed in docs/backend-knobs.md.
 KNOBS: dict[str, dict[str, str]] = {
     "vllm": {
         "queue": "vLLM: raise --max-num-seqs (concurrent sequences per step) if the GPU has headroom, "
@@ -130,22 +132,25 @@ KNOBS: dict[str, dict[str, str]] = {
         "memory": "vLLM preallocates --gpu-memory-utilization of the GPU (0.9 by default) by design.",
     },
     "tgi": {
-        "queue": "TGI: raise --max-concurrent-requests / --max-batch-total-tokens if memory allows, "
-        "or add replicas.",
+        "queue": "TGI: raise --max-batch-total-tokens (tokens batched at once; inferred from free memory "
+        "when unset) if memory allows, or add replicas; --max-concurrent-requests (default 128) only "
+        "caps admitted requests and refuses the rest.",
         "kv": "TGI: --max-batch-total-tokens sets the KV budget; lower --max-input-tokens / --max-total-tokens.",
         "memory": "TGI sizes its KV cache from free memory at start (--cuda-memory-fraction).",
     },
     "llamacpp": {
-        "queue": "llama.cpp: more slots with --parallel/-np N (each gets --ctx-size/N tokens), "
-        "or run another server instance.",
+        "queue": "llama.cpp: more slots with --parallel/-np N (each gets --ctx-size/N tokens unless "
+        "the KV cache is unified, -kvu), or run another server instance.",
         "kv": "llama.cpp: --ctx-size is shared by the --parallel slots; raise it or lower -np; "
         "quantized KV (-ctk q8_0 -ctv q8_0) halves its memory.",
         "memory": "llama.cpp: fewer GPU layers (-ngl) frees VRAM at the cost of speed.",
     },
     "sglang": {
-        "queue": "SGLang: raise --max-running-requests if memory allows, or add replicas (router dp).",
-        "kv": "SGLang: --mem-fraction-static sets the KV pool share of GPU memory; lower "
-        "--max-running-requests or --chunked-prefill-size to retract less.",
+        "queue": "SGLang: raise --max-running-requests if memory allows, or add data-parallel replicas "
+        "(--dp N, or the SGLang router).",
+        "kv": "SGLang: --mem-fraction-static is the GPU memory share for weights plus the KV pool (raise "
+        "it for a bigger pool); raise --schedule-conservativeness or lower --max-running-requests to "
+        "retract less.",
         "memory": "SGLang preallocates --mem-fraction-static of GPU memory by design.",
     },
     "ollama": {
