@@ -53,6 +53,20 @@ def test_markdown_has_the_terminal_ranking_and_the_waterfall_table(
     assert "skipped LD710" in md and md.startswith("# llmdoctor")
 
 
+def test_evidence_reads_like_the_messages(capsys: pytest.CaptureFixture[str], recording: Path) -> None:
+    """Times in the evidence have thousands separators and one decimal; flags read yes/no."""
+    from llmdoctor.render.common import format_evidence
+
+    assert format_evidence("first request TTFT", 1557.2891, "ms") == "first request TTFT 1,557.3 ms"
+    assert format_evidence("measured", 71.727, "ms") == "measured 71.7 ms"
+    assert format_evidence("ignore_eos honoured", True, "") == "ignore_eos honoured yes"
+    assert format_evidence("uptime", 71, "s") == "uptime 71 s"
+    for args in ((), ("--format", "markdown")):
+        out = _replay(capsys, recording, *args)
+        evidence = " ".join(line for line in out.splitlines() if "Evidence:" in line)
+        assert "first request TTFT 1," in evidence and " True" not in evidence, evidence
+
+
 def test_junit_validates_against_the_schema_and_maps_outcomes(
         capsys: pytest.CaptureFixture[str], recording: Path) -> None:
     import xml.etree.ElementTree as ET

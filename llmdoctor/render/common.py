@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmdoctor.report import Breakdown
 
-__all__ = ["format_ms", "fit_summary"]
+__all__ = ["format_ms", "fit_summary", "format_evidence"]
 
 
 def format_ms(value: float | None) -> str:
@@ -12,6 +12,21 @@ def format_ms(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:,.0f} ms" if abs(value) >= 10 else f"{value:,.1f} ms"
+
+
+def format_evidence(label: str, value: object, unit: str) -> str:
+    """One evidence item for people: ``first request TTFT 1,557.3 ms``, ``ignore_eos honoured yes``.
+
+    Times get thousands separators and one decimal, as in the messages (the JSON keeps every digit);
+    flags read yes/no rather than Python's True/False.
+    """
+    if isinstance(value, bool):
+        shown = "yes" if value else "no"
+    elif unit in ("ms", "ms/token") and isinstance(value, int | float):
+        shown = f"{value:,.1f}"
+    else:
+        shown = str(value)
+    return f"{label} {shown}{(' ' + unit) if unit and value is not None else ''}"
 
 
 def fit_summary(b: Breakdown) -> str | None:

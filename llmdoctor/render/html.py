@@ -14,6 +14,7 @@ from typing import Any
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
+from llmdoctor.render.common import format_evidence
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -90,7 +91,7 @@ def _e(text: object) -> str:
 def _finding(rank: int, f: Finding) -> str:
     impact = f"~{f.impact_ms:,.0f} ms ({_e(f.impact_basis)})" if f.impact_ms is not None else "not estimated"
     evidence = "; ".join(
-        f"{_e(e.label)} {_e(MASK if e.sensitive else e.value)}{(' ' + _e(e.unit)) if e.unit else ''}"
+        _e(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
         for e in f.evidence
     )
     steps = "".join(f"<li>{_e(s)}</li>" for s in f.fix.steps)

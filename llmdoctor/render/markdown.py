@@ -12,7 +12,7 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import fit_summary, format_ms
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -53,8 +53,7 @@ def _breakdown(b: Breakdown) -> list[str]:
 def _evidence(f: Finding) -> str:
     parts = []
     for e in f.evidence:
-        value = MASK if e.sensitive else e.value
-        parts.append(f"{e.label} {value}{(' ' + e.unit) if e.unit and value is not None else ''}")
+        parts.append(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
     return "; ".join(parts)
 
 

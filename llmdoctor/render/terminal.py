@@ -13,7 +13,7 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import fit_summary, format_ms
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -74,8 +74,7 @@ def _finding(console: Console, rank: int, f: Finding) -> None:
     if f.evidence:
         parts = []
         for e in f.evidence:
-            value = MASK if e.sensitive else e.value
-            parts.append(f"{e.label} {value}{(' ' + e.unit) if e.unit and value is not None else ''}")
+            parts.append(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
         _indented(console, "Evidence: " + "; ".join(parts), style="dim")
     _indented(console, Text.assemble(("Fix: ", "bold green"), f.fix.summary))
     for step in f.fix.steps:
