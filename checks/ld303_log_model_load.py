@@ -72,7 +72,7 @@ class LogModelLoad(Check):
         yield Finding(
             severity=severity,
             confidence=Confidence.HIGH,
-            title=f"A cold start costs {seconds:.0f} s (model load in server logs)",
+            title=f"A cold start costs {seconds:.{0 if seconds >= 10 else 1}f} s (model load in server logs)",
             message=f"The server took {seconds:.1f} s to load and warm up ({basis}).{again}",
             impact_ms=round(seconds * 1000, 1),
             impact_basis="the load time, paid by every request that arrives during a cold start",
