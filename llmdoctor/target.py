@@ -21,7 +21,10 @@ def normalize_base_url(url: str) -> str:
     raw = url.strip()
     if "://" not in raw:
         raw = "http://" + raw
-    parts = urlsplit(raw)
+    try:
+        parts = urlsplit(raw)
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise TargetError(f"invalid endpoint URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise TargetError(f"unsupported URL scheme {parts.scheme!r}: use http:// or https://")
     try:

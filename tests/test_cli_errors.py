@@ -22,6 +22,7 @@ MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
         (["check", "-e", "ftp://example"], "unsupported URL scheme"),
         (["check", "-e", "http://host:99999"], "invalid port"),
         (["check", "-e", "http://"], "no host"),
+        (["check", "-e", "http://[::1"], "Invalid IPv6 URL"),
         (["check", "--max-requests", "0"], "--max-requests"),
         (["check", "--no-such-flag"], "No such option"),
         (["explain", "LD999"], "no check"),
