@@ -33,6 +33,20 @@ def _split_ids(values: Sequence[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
+def _require_known_ids(select: Sequence[str], ignore: Sequence[str]) -> None:
+    """--select/--ignore: a prefix that matches no check is a typo, not an empty run that exits 0."""
+    if not select and not ignore:
+        return
+    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import select as select_checks
+
+    checks = load_registry().checks
+    for flag, values in (("--select", select), ("--ignore", ignore)):
+        for prefix in _split_ids(values):
+            if not select_checks(checks, [prefix]):
+                raise UsageProblem(f"{flag} {prefix}: no check id starts with it; `llmdoctor checks` lists them")
+
+
 def _parse_headers(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
     headers = []
     for raw in values:
@@ -235,6 +249,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     )
     options = _with_budget(options, followup_budget)
     _validate_inputs(options)
+    _require_known_ids(select, ignore)
     extra_headers = _parse_headers(headers)
     require_format(fmt)
     options = apply_gate(options, gate["slos"], gate["compare_file"])
@@ -381,6 +396,7 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
     require_format(fmt or "text")
+    _require_known_ids(select, ignore)
     if slos or compare_file:
         options = apply_gate(options, slos, compare_file or options.compare_file)
         measurements = inject_reference(measurements, compare_file)

@@ -26,6 +26,8 @@ MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
         (["check", "--max-requests", "0"], "--max-requests"),
         (["check", "--no-such-flag"], "No such option"),
         (["explain", "LD999"], "no check"),
+        (["check", "--select", "LD701,LD999"], "--select LD999: no check id"),
+        (["check", "--ignore", "XYZ"], "--ignore XYZ: no check id"),
         (["replay", "/nonexistent.json"], "does not exist"),
         (["check", "--log", "/nonexistent.log"], "no such file"),
     ],
