@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,10 +22,11 @@ def normalize_base_url(url: str) -> str:
     raw = url.strip()
     if "://" not in raw:
         raw = "http://" + raw
+    shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo user:password from the URL
     try:
         parts = urlsplit(raw)
     except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
-        raise TargetError(f"invalid endpoint URL {url!r}: {exc}") from None
+        raise TargetError(f"invalid endpoint URL {shown!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise TargetError(f"unsupported URL scheme {parts.scheme!r}: use http:// or https://")
     try:
@@ -32,7 +34,7 @@ def normalize_base_url(url: str) -> str:
     except ValueError as exc:
         raise TargetError(f"invalid port in endpoint URL: {exc}") from None
     if not parts.hostname:
-        raise TargetError(f"endpoint URL has no host: {url!r}")
+        raise TargetError(f"endpoint URL has no host: {shown!r}")
     del port
     path = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions", "/models"):

@@ -139,6 +139,13 @@ def test_checks_lists_the_checklist_and_explain_prints_docs(capsys: pytest.Captu
     assert finding_ids({"findings": []}) == []
 
 
+@pytest.mark.parametrize("url", ["http://user:CANARY-PW@", "http://user:CANARY-PW@[::1"])
+def test_a_bad_endpoint_url_never_echoes_its_password(url: str) -> None:
+    result = run_process("check", "-e", url, timeout=60)
+    assert result.code == 3 and "CANARY" not in result.out + result.err, result.err
+    assert "***@" in result.err
+
+
 def test_serve_sim_announces_its_url() -> None:
     """The ready line names the URL to pass to --endpoint, not an object's repr."""
     proc = subprocess.Popen(
