@@ -130,6 +130,7 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
     except FleetError as exc:
         raise _problem(str(exc)) from None
     from llmdoctor.render.json import report_to_dict
+    from llmdoctor.target import display_url
 
     results = run_fleet(entries, options, default_model=target_args["model"],
                         default_key_env=target_args["api_key_env"], headers=target_args["headers"],
@@ -141,7 +142,7 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
             if report is not None:
                 lines.append(json.dumps({**report_to_dict(report), "name": entry.name}, ensure_ascii=False))
             else:
-                lines.append(json.dumps({"name": entry.name, "endpoint": entry.url, "status": "unknown",
+                lines.append(json.dumps({"name": entry.name, "endpoint": display_url(entry.url), "status": "unknown",
                                          "exit_code": 3, "error": error}))
         text = "\n".join(lines) + "\n"
     else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import Options, Target, TargetError, normalize_base_url
+from llmdoctor.target import Options, Target, TargetError, display_url, normalize_base_url
 
 __all__ = ["FleetEntry", "FleetError", "RateLimiter", "load_endpoints", "run_fleet", "worst_exit_code"]
 
@@ -105,7 +105,7 @@ def load_endpoints(path: str) -> list[FleetEntry]:
     if path.endswith(".toml") or any(ln.startswith("[") for ln in stripped):
         entries = _toml_entries(text, path)
     else:
-        entries = [FleetEntry(ln.split()[0], ln.split()[0]) for ln in stripped]
+        entries = [FleetEntry(display_url(ln.split()[0]), ln.split()[0]) for ln in stripped]
     if not entries:
         raise FleetError(f"--endpoints {path} lists no endpoint")
     for e in entries:
@@ -168,7 +168,8 @@ def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Any
                          ("top finding", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for entry, report, error in results:
-        label = entry.name if entry.name == entry.url else f"{entry.name} ({entry.url})"
+        shown = display_url(entry.url)
+        label = entry.name if entry.name == shown else f"{entry.name} ({shown})"
         if report is None:
             table.add_row(label, "UNKNOWN", "3", "—", "—", "—", "—", error)
             continue

@@ -6,11 +6,19 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Target", "Options", "TargetError", "normalize_base_url"]
+__all__ = ["Target", "Options", "TargetError", "normalize_base_url", "display_url"]
 
 
 class TargetError(ValueError):
     """The endpoint URL or its options cannot be used (one-line message)."""
+
+
+def display_url(url: str) -> str:
+    """A URL as it may be printed: user:password@ masked, the query string (a ?token=) dropped.
+
+    Works on text urlsplit rejects too, so an error message can quote it.
+    """
+    return re.sub(r"//[^/?#@]*@", "//***@", url).partition("?")[0]
 
 
 def normalize_base_url(url: str) -> str:
@@ -22,7 +30,7 @@ def normalize_base_url(url: str) -> str:
     raw = url.strip()
     if "://" not in raw:
         raw = "http://" + raw
-    shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo user:password from the URL
+    shown = display_url(url)  # never echo user:password or a ?token= from the URL
     try:
         parts = urlsplit(raw)
     except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket

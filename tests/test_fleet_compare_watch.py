@@ -100,6 +100,18 @@ def test_fleet_rejects_endpoint_and_endpoints_together(capsys: pytest.CaptureFix
     assert result.code == 3 and "not both" in result.err
 
 
+def test_fleet_never_prints_url_credentials(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fleet = tmp_path / "f.txt"
+    fleet.write_text("http://u:CANARY-PW@127.0.0.1:9/?token=CANARY-TOK\nhttp://u:CANARY-PW@127.0.0.1:9/v1\n")
+    for fmt in ((), ("--json",)):
+        result = run_cli(capsys, "check", "--endpoints", str(fleet), "--select", "LD001", *fmt)
+        assert result.code == 2 and "CANARY" not in result.out + result.err, result.out
+        assert "http://***@127.0.0.1:9" in result.out
+    fleet.write_text("http://u:CANARY-PW@[::1\n")
+    result = run_cli(capsys, "check", "--endpoints", str(fleet))
+    assert result.code == 3 and "CANARY" not in result.out + result.err, result.err
+
+
 def test_compare_finds_the_slower_phase_and_not_noise(capsys: pytest.CaptureFixture[str]) -> None:
     with SimServer(get_profile("healthy", fixed_ms=100.0, jitter_ms=5.0)) as a, \
             SimServer(get_profile("healthy", fixed_ms=180.0, jitter_ms=5.0, seed=1)) as b, \
