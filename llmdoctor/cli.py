@@ -411,7 +411,8 @@ def demo(profile: str, as_json: bool) -> None:
     """Start the built-in simulator and diagnose it: a full run with no LLM server around.
 
     The default profile has a high fixed cost per request and a cold start;
-    try --profile slow-decode, long-prefill, queueing or close-connections.
+    try --profile slow-decode, long-prefill, slow-floor or close-connections (queueing only shows
+    under concurrent load: `serve-sim --profile queueing` and `check --concurrency 4`).
     Exits 0 when the diagnosis ran (whatever it found), 3 when it could not.
     """
     from llmdoctor.doctor import diagnose

@@ -311,8 +311,8 @@ def _measure(ctx: Context, result: TransportResult) -> TransportResult:
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.samples))
     for _ in range(samples):
         _sample(result, family, ctx.cap_timeout(timeout_s))
-        if result.errors and "timed out" in result.errors[-1]:
-            break  # a server that lets one exchange time out lets the next ones time out too
+        if result.errors and (not result.connect_ms or "timed out" in result.errors[-1]):
+            break  # refused, or an exchange timed out: the next samples would fail (or wait) alike
     if not result.connect_ms:
         raise ProbeUnavailable(f"cannot connect to {target.host}:{target.port}: {result.errors[-1]}")
     if target.scheme == "https":

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from llmdoctor.report import Breakdown
 
-__all__ = ["format_ms", "fit_summary", "format_evidence"]
+__all__ = ["format_ms", "fit_summary", "format_evidence", "requests_line"]
+
+
+def requests_line(sent: int, budget: int) -> str:
+    """``1 request sent (budget 30)`` / ``15 requests sent (budget 30)``."""
+    return f"{sent} request{'' if sent == 1 else 's'} sent (budget {budget})"
 
 
 def format_ms(value: float | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import format_evidence
+from llmdoctor.render.common import format_evidence, requests_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -175,7 +175,7 @@ def render_html(report: Report) -> str:
         for o in report.checks if o.status in (Status.SKIPPED, Status.CRASHED)
     )
     mode = ("replayed measurements" if report.replayed
-            else f"{report.requests_sent} requests sent (budget {report.request_budget})")
+            else requests_line(report.requests_sent, report.request_budget))
     where = _e(report.endpoint) + (f" (model {_e(report.model)})" if report.model else "")
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

@@ -12,7 +12,7 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, requests_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -93,7 +93,7 @@ def render_markdown(report: Report) -> str:
     status = report.status
     where = f"`{report.endpoint}`" + (f" (model `{_esc(report.model)}`)" if report.model else "")
     mode = ("replayed measurements" if report.replayed
-            else f"{report.requests_sent} requests sent (budget {report.request_budget})")
+            else requests_line(report.requests_sent, report.request_budget))
     lines = [
         f"# llmdoctor {_STATUS_ICON.get(status, '')} {status.upper()} — {where}",
         "",

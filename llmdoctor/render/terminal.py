@@ -13,7 +13,7 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, requests_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -101,9 +101,10 @@ def print_terminal(report: Report, console: Console) -> None:
     if report.replayed:
         mode = "replayed measurements"
     else:
-        mode = f"{report.requests_sent} requests sent (budget {report.request_budget})"
+        mode = requests_line(report.requests_sent, report.request_budget)
         if report.raw_connections:
-            mode += f" + {report.raw_connections} bare TCP connections"
+            plural = "" if report.raw_connections == 1 else "s"
+            mode += f" + {report.raw_connections} bare TCP connection{plural}"
     elapsed = f" · {mode} · {report.duration_ms / 1000:.1f} s"
     console.print(Text.assemble(("llmdoctor ", "bold"), __version__, " — ", (where, "bold"), elapsed))
     if report.interrupted:
@@ -147,4 +148,5 @@ def render_terminal(report: Report, *, color: bool = False, width: int = 110) ->
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=color, no_color=not color, width=width, highlight=False)
     print_terminal(report, console)
-    return buffer.getvalue()
+    # rich pads wrapped lines to the console width; a file or a pipe should not carry that padding
+    return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))
