@@ -74,6 +74,9 @@ class Regression(Check):
             raise CheckSkipped(
                 f"too few samples to compare ({c.n_before} in the baseline, {c.n_after} now; need 5 each)"
             )
+        elsewhere = ""
+        if ref.endpoint and ctx.target is not None and ref.endpoint != ctx.target.base_url:
+            elsewhere = f" Note: the baseline was recorded against {ref.endpoint}, not this endpoint."
         for c in comparisons:
             if c.verdict != Verdict.REGRESSION:
                 continue
@@ -89,7 +92,7 @@ class Regression(Check):
                 f"The {what} grew from {c.before_ms:,.1f} to {c.after_ms:,.1f} {unit} against the baseline of "
                 f"{ref.recorded_at or ref.source}; {c.level:.0%} interval of the difference "
                 f"{c.ci_low_ms:+,.1f}..{c.ci_high_ms:+,.1f} {unit}, p = {c.p_value:.2g} "
-                f"({c.test}, {c.n_before} vs {c.n_after} samples).",
+                f"({c.test}, {c.n_before} vs {c.n_after} samples).{elsewhere}",
                 Fix(
                     "Find what changed since the baseline and which phase grew.",
                     (
