@@ -55,8 +55,8 @@ class FlatLatency(Check):
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep: SweepResult = ctx.get("sweep")
-        fit = sweep.fit
-        if fit is None or sweep.distinct_lengths < 2:
+        fit = sweep.separable_fit
+        if fit is None:
             raise CheckSkipped(
                 "every sweep request generated the same number of tokens "
                 "(the server ignores ignore_eos and stops early): fixed and per-token cost cannot be separated"

@@ -48,8 +48,8 @@ class DecodeSpeed(Check):
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep: SweepResult = ctx.get("sweep")
-        fit = sweep.fit
-        if fit is None or sweep.distinct_lengths < 2:
+        fit = sweep.separable_fit
+        if fit is None:
             raise CheckSkipped("the sweep generated a single output length: no per-token slope")
         per_token = fit.per_token_ms
         if per_token < SLOW_TOKEN_MS:

@@ -65,9 +65,10 @@ def build_breakdown(ctx: Context) -> Breakdown | None:
         total_p90_ms=base.total_p90_ms,
     )
     sweep: SweepResult | None = ctx.peek("sweep")
-    if sweep is not None and sweep.fit is not None and sweep.distinct_lengths >= 2:
-        breakdown.fixed_ms = sweep.fit.fixed_ms
-        breakdown.per_token_ms = sweep.fit.per_token_ms
+    fit = sweep.separable_fit if sweep is not None else None
+    if fit is not None:
+        breakdown.fixed_ms = fit.fixed_ms
+        breakdown.per_token_ms = fit.per_token_ms
         breakdown.typical_output_tokens = ctx.options.typical_output_tokens
         breakdown.sweep_points = [(p.timing.output_tokens, p.timing.total_ms or 0.0) for p in sweep.ok_points]
     return breakdown

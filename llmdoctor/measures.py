@@ -47,10 +47,11 @@ def samples(base: BaselineResult, kind: str) -> list[float]:
 def measure(metric: str, base: BaselineResult | None, sweep: SweepResult | None) -> Measured | None:
     """The value of an SLO metric (see `llmdoctor.gate.METRICS`), or None when not measured."""
     if metric in ("fixed_cost", "per_token"):
-        if sweep is None or sweep.fit is None or sweep.distinct_lengths < 2:
+        fit = sweep.separable_fit if sweep is not None else None
+        if fit is None:
             return None
-        value = sweep.fit.fixed_ms if metric == "fixed_cost" else sweep.fit.per_token_ms
-        return Measured(metric, value, sweep.fit.points, sweep.fit.confidence(), "sweep")
+        value = fit.fixed_ms if metric == "fixed_cost" else fit.per_token_ms
+        return Measured(metric, value, fit.points, fit.confidence(), "sweep")
     if base is None:
         return None
     kind, _, pct = metric.partition("_p")
@@ -98,17 +99,17 @@ def compare_runs(
             b, a = samples(before_base, kind), samples(after_base, kind)
             if b and a:
                 out.append(compare_samples(kind, b, a, min_rel=min_rel, min_abs_ms=min_abs_ms))
-    fits = [s for s in (before_sweep, after_sweep) if s is not None and s.fit is not None and s.distinct_lengths >= 2]
-    if len(fits) == 2:
+    fit_b = before_sweep.separable_fit if before_sweep is not None else None
+    fit_a = after_sweep.separable_fit if after_sweep is not None else None
+    if fit_b is not None and fit_a is not None:
         assert before_sweep is not None and after_sweep is not None
-        assert before_sweep.fit is not None and after_sweep.fit is not None
         rb, ra = fit_replicates(before_sweep), fit_replicates(after_sweep, seed=1)
         for i, metric in enumerate(("fixed_cost", "per_token")):
-            point_b = before_sweep.fit.fixed_ms if i == 0 else before_sweep.fit.per_token_ms
-            point_a = after_sweep.fit.fixed_ms if i == 0 else after_sweep.fit.per_token_ms
+            point_b = fit_b.fixed_ms if i == 0 else fit_b.per_token_ms
+            point_a = fit_a.fixed_ms if i == 0 else fit_a.per_token_ms
             # per-token costs are a few ms: the absolute floor scales down with them
             floor = min_abs_ms if i == 0 else min_abs_ms / 20.0
             out.append(compare_estimates(metric, [r[i] for r in rb], [r[i] for r in ra], point_b, point_a,
                                          min_rel=min_rel, min_abs_ms=floor,
-                                         n_before=before_sweep.fit.points, n_after=after_sweep.fit.points))
+                                         n_before=fit_b.points, n_after=fit_a.points))
     return out

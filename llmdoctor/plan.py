@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from llmdoctor.probes.dns import is_ip_literal
 from llmdoctor.target import Options, Target
 
 __all__ = ["PlannedRequest", "plan_requests", "render_plan", "PROBE_DEPENDS"]
@@ -111,16 +112,6 @@ def _requests(probe: str, target: Target, o: Options) -> list[PlannedRequest]:
     return make() if make is not None else []
 
 
-def _is_ip(host: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
 def plan_requests(target: Target, options: Options, required: Iterable[str]) -> list[PlannedRequest]:
     """The HTTP requests the probes behind `required` (check requirements) would send, at most."""
     return [r for name in _closure(required) for r in _requests(name, target, options) if r.count > 0]
@@ -145,7 +136,7 @@ def render_plan(target: Target, options: Options, required: Iterable[str]) -> st
     if "transport" in names:
         lines.append(f"Also: up to 10 raw TCP connections{' and 3 TLS handshakes' if target.scheme == 'https' else ''}"
                      " to time the round trip (no HTTP request).")
-    if "dns" in names and not _is_ip(target.host):
+    if "dns" in names and not is_ip_literal(target.host):
         lines.append(f"Also: DNS queries (A and AAAA) for {target.host} to each configured resolver.")
     lines.append("Credentials: sent only to the endpoint's own origin; redirects are reported, never followed.")
     return "\n".join(lines) + "\n"

@@ -70,13 +70,7 @@ def _silence(conn: socket.socket, request: bytes) -> bool:
 
 
 def _send(data: bytes, close: bool = False) -> Handler:
-    def handler(conn: socket.socket, request: bytes) -> bool:
-        conn.sendall(data)
-        if close:
-            conn.shutdown(socket.SHUT_RDWR)
-            return False
-        return True
-    return handler
+    return play([(0.0, data)], close=close)
 
 
 def _routes(models: Handler, chat: Handler, other: Handler | None = None) -> Handler:

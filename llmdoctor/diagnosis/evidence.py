@@ -155,8 +155,8 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
 # -- the follow-up tests ----------------------------------------------------------------------------
 
 def _sweep(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
-    fit = r.fit
-    if fit is None or r.distinct_lengths < 2:
+    fit = r.separable_fit
+    if fit is None:
         return [], {}
     slope, fixed = fit.per_token_ms, fit.fixed_ms
     seen = f"total ≈ {fixed:,.0f} ms + {slope:.1f} ms × tokens (r² {fit.r2:.2f})"

@@ -160,6 +160,11 @@ class SweepResult:
         """How many different output lengths were actually generated."""
         return len({p.timing.output_tokens for p in self.ok_points})
 
+    @property
+    def separable_fit(self) -> LinearFit | None:
+        """The fit, when at least two output lengths make fixed and per-token cost separable."""
+        return self.fit if self.fit is not None and self.distinct_lengths >= 2 else None
+
 
 def _rejects_ignore_eos(timing: RequestTiming) -> bool:
     detail = timing.error_detail
