@@ -17,7 +17,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from llmdoctor.context import Context
-from llmdoctor.runner import run_one
+from llmdoctor.probes.catalog import REQUESTS
+from llmdoctor.runner import run_checks
 from llmdoctor.target import Options
 
 
@@ -37,9 +38,9 @@ def main(n: int = 1000) -> None:
         checks = [e.load() for e in entry_points(group="llmdoctor.checks") if e.name[:3] in ("LD1", "LD6")]
         started = time.perf_counter()
         ctx = Context(target=None, options=Options(request_files=(str(path),), context_window=8192))
-        outcomes = [run_one(c, ctx) for c in checks]
+        outcomes = run_checks(checks, ctx)
         elapsed = time.perf_counter() - started
-    size = sum(1 for _ in ctx.get("requests").requests)
+    size = sum(1 for _ in ctx.get(REQUESTS).requests)
     print(f"linted {size} requests with {len(checks)} checks in {elapsed * 1000:.0f} ms")
     for o in outcomes:
         print(f"  {o.check_id} {o.status:8} {o.duration_ms:7.1f} ms  {[f.title for f in o.findings]}")

@@ -8,6 +8,7 @@ from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.baseline import describe_failure
+from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST
 from llmdoctor.probes.discovery import EndpointInfo
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 
@@ -45,10 +46,11 @@ class Reachability(Check):
     name = "endpoint-reachable"
     title = "Endpoint reachability"
     category = Category.ENDPOINT
-    requires = ("discovery",)
+    requires = (DISCOVERY,)
+    optional = (FIRST_REQUEST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        info: EndpointInfo = ctx.get("discovery")
+        info = ctx.get(DISCOVERY)
         models = info.models_timing
         if not info.reachable:
             yield _transport_failure(models, info.base_url, ctx.options.timeout_s)
@@ -89,7 +91,7 @@ class Reachability(Check):
                 Fix("Load a model on the server, or pass --model NAME."),
             )
             return
-        first: RequestTiming | None = ctx.optional("first_request")
+        first = ctx.optional(FIRST_REQUEST)
         if first is not None and not first.ok:
             yield _generation_failure(first, info, ctx.options.timeout_s)
         elif first is None and not models.ok:

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import distribution, token_costs
+from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 from llmdoctor.probes.requests import RequestSet
-from llmdoctor.probes.tokens import PromptTokens
 
 NEAR_SHARE = 0.8  # of the window: little room left for the answer
 LARGE_SHARE = 0.5
@@ -54,11 +54,12 @@ class PromptTokenCount(Check):
     name = "prompt-tokens"
     title = "Prompt token count vs context window"
     category = Category.INPUT
-    requires = ("requests", "prompt_tokens")
+    requires = (REQUESTS, PROMPT_TOKENS)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
-        counted: PromptTokens = ctx.get("prompt_tokens")
+        requests = ctx.get(REQUESTS)
+        counted = ctx.get(PROMPT_TOKENS)
         costs = token_costs(ctx)
         window = counted.window
         confidence = Confidence.LOW if counted.method == "estimate" else Confidence.HIGH

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 from llmdoctor.request_files import KNOWN_ROLES, RequestInfo
 
 DUPLICATE_MIN_CHARS = 200
@@ -111,10 +111,11 @@ class MessageFormat(Check):
     name = "message-format"
     title = "Message array format"
     category = Category.INPUT
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         chats = requests.chat
         if not chats:
             raise CheckSkipped("no chat requests (only completions prompts)")

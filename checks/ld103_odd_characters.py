@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llmdoctor.check import Category, Check
+from llmdoctor.check import Category, Check, Reads
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
+from llmdoctor.target import Options
 from llmdoctor.textscan import ODD_KINDS
 
 # Pasted data: many tokens, little meaning. Invisible or broken characters: garbage the model reads.
@@ -53,14 +54,21 @@ class OddCharacters(Check):
     name = "odd-characters"
     title = "Odd characters and pasted blobs in prompts"
     category = Category.INPUT
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = (PROMPT_TOKENS, *TOKEN_COSTS)
+
+    @classmethod
+    def reads(cls, options: Options) -> Reads:
+        """The token counts only with a local tokenizer (``--tokenizer``): estimates say nothing here."""
+        optional = cls.optional if options.tokenizer else tuple(p for p in cls.optional if p is not PROMPT_TOKENS)
+        return Reads(cls.requires, optional)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         affected = [(i, r) for i, r in enumerate(requests.requests) if r.odd]
         if not affected:
             return
-        counted = ctx.optional("prompt_tokens") if ctx.options.tokenizer else None
+        counted = ctx.optional(PROMPT_TOKENS) if ctx.options.tokenizer else None
         costs = token_costs(ctx)
         kinds: dict[str, list[int]] = {}  # kind -> [count, chars, requests]
         samples: dict[str, str] = {}

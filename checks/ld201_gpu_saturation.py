@@ -8,7 +8,8 @@ from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.gpu import GpuSnapshot, any_gpu
+from llmdoctor.probes.catalog import SERVER_METRICS
+from llmdoctor.probes.gpu import ANY_GPU, GpuSnapshot, any_gpu
 
 SATURATED_MEAN_PCT = 95.0
 SATURATED_MIN_PCT = 85.0
@@ -47,10 +48,11 @@ class GpuSaturation(Check):
     name = "gpu-saturation"
     title = "GPU saturated"
     category = Category.SERVER
+    optional = (*ANY_GPU, SERVER_METRICS)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         snap: GpuSnapshot = any_gpu(ctx)
-        metrics = ctx.optional("server_metrics")
+        metrics = ctx.optional(SERVER_METRICS)
         backend = metrics.backend if metrics is not None else None
         queue_ms = metrics.delta.queue_ms if metrics is not None and metrics.delta else None
         for g in snap.gpus:

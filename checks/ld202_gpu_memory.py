@@ -8,7 +8,8 @@ from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.gpu import GpuSnapshot, any_gpu
+from llmdoctor.probes.catalog import SERVER_METRICS
+from llmdoctor.probes.gpu import ANY_GPU, GpuSnapshot, any_gpu
 
 NEAR_FULL = 0.95
 # Backends that reserve most of the GPU for their KV cache at start, by design.
@@ -45,10 +46,11 @@ class GpuMemoryFull(Check):
     name = "gpu-memory-full"
     title = "GPU memory near full"
     category = Category.SERVER
+    optional = (*ANY_GPU, SERVER_METRICS)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         snap: GpuSnapshot = any_gpu(ctx)
-        metrics = ctx.optional("server_metrics")
+        metrics = ctx.optional(SERVER_METRICS)
         backend = metrics.backend if metrics is not None else None
         for g in snap.gpus:
             frac = g.memory_fraction

@@ -8,7 +8,7 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 
 MIN_QUEUE_MS = 50.0
 QUEUE_SHARE = 0.2
@@ -48,16 +48,17 @@ class QueueBuilding(Check):
     name = "queue-building"
     title = "Requests queue at the server"
     category = Category.SERVER
-    requires = ("server_metrics",)
+    requires = (SERVER_METRICS,)
+    optional = (BASELINE,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        m: ServerMetricsResult = ctx.get("server_metrics")
+        m = ctx.get(SERVER_METRICS)
         waiting, running = m.worst("requests_waiting"), m.worst("requests_running")
         d = m.delta
         queue_ms = d.queue_ms if d else None
         ttft_ms = d.ttft_ms if d and d.ttft_ms else None
         if ttft_ms is None:
-            base = ctx.optional("baseline")
+            base = ctx.optional(BASELINE)
             ttft_ms = base.ttft_p50_ms if base is not None else None
         if waiting is None and queue_ms is None:
             raise CheckSkipped(f"{m.backend} exports neither a queue gauge nor a queue-time histogram")

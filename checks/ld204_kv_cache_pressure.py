@@ -8,7 +8,7 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.probes.catalog import SERVER_METRICS
 
 HIGH_USAGE = 0.90
 FULL_USAGE = 0.98
@@ -45,10 +45,10 @@ class KvCachePressure(Check):
     name = "kv-cache-pressure"
     title = "KV cache nearly full"
     category = Category.SERVER
-    requires = ("server_metrics",)
+    requires = (SERVER_METRICS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        m: ServerMetricsResult = ctx.get("server_metrics")
+        m = ctx.get(SERVER_METRICS)
         usage = m.worst("kv_cache_usage")
         if usage is None:
             raise CheckSkipped(f"{m.backend} exports no KV-cache usage gauge")

@@ -8,7 +8,7 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.probes.catalog import SERVER_METRICS
 
 
 class Preemptions(Check):
@@ -43,10 +43,10 @@ class Preemptions(Check):
     name = "preemptions"
     title = "Requests preempted by the server"
     category = Category.SERVER
-    requires = ("server_metrics",)
+    requires = (SERVER_METRICS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        m: ServerMetricsResult = ctx.get("server_metrics")
+        m = ctx.get(SERVER_METRICS)
         total = m.latest.preemptions_total
         retracted = m.worst("retracted")
         if total is None and retracted is None:

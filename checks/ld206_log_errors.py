@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.logscan import GPU_ERROR, GPU_OOM, HOST_OOM, LogScan
+from llmdoctor.logscan import GPU_ERROR, GPU_OOM, HOST_OOM
+from llmdoctor.probes.catalog import LOGS
 
 _WHAT = {
     GPU_OOM: "GPU out of memory",
@@ -80,10 +81,10 @@ class LogErrors(Check):
     name = "log-errors"
     title = "Errors in server logs"
     category = Category.SERVER
-    requires = ("logs",)
+    requires = (LOGS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        scan: LogScan = ctx.get("logs")
+        scan = ctx.get(LOGS)
         cold = scan.cold_start()
         for cls in (GPU_OOM, HOST_OOM, GPU_ERROR):
             count = scan.count(cls)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.probes.catalog import SERVER_METRICS
 
 OFFLOAD_WARN = 0.05
 GIB = 1024**3
@@ -47,10 +47,10 @@ class LoadedModels(Check):
     name = "loaded-models"
     title = "Models loaded on the server"
     category = Category.SERVER
-    requires = ("server_metrics",)
+    requires = (SERVER_METRICS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        m: ServerMetricsResult = ctx.get("server_metrics")
+        m = ctx.get(SERVER_METRICS)
         models = m.latest.models
         if models is None:
             raise CheckSkipped(f"{m.backend} does not list loaded models (only Ollama's /api/ps does)")

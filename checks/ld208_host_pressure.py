@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.host import HostResult
+from llmdoctor.probes.catalog import HOST
 
 CPU_BUSY_PCT = 90.0
 MEM_AVAILABLE_MIN = 0.10
@@ -46,10 +46,10 @@ class HostPressure(Check):
     name = "host-pressure"
     title = "Host CPU, RAM or swap under pressure"
     category = Category.SERVER
-    requires = ("host",)
+    requires = (HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        h: HostResult = ctx.get("host")
+        h = ctx.get(HOST)
         if h.server_process is None and h.target_is_local is False:
             raise CheckSkipped("the endpoint is on another machine and no server process runs here")
         where = f"server process {h.server_process.pid} ({h.server_process.name})" if h.server_process else "this host"

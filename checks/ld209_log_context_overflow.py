@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.logscan import CONTEXT_OVERFLOW, LogScan
+from llmdoctor.logscan import CONTEXT_OVERFLOW
+from llmdoctor.probes.catalog import LOGS
 
 
 class LogContextOverflow(Check):
@@ -42,10 +43,10 @@ class LogContextOverflow(Check):
     name = "log-context-overflow"
     title = "Context length exceeded in server logs"
     category = Category.SERVER
-    requires = ("logs",)
+    requires = (LOGS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        scan: LogScan = ctx.get("logs")
+        scan = ctx.get(LOGS)
         count = scan.count(CONTEXT_OVERFLOW)
         hits = scan.hits.get(CONTEXT_OVERFLOW) or []
         if not count or not hits:

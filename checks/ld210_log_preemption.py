@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.logscan import KV_PREEMPTION, LogScan
+from llmdoctor.logscan import KV_PREEMPTION
+from llmdoctor.probes.catalog import BASELINE, LOGS
 
 _CUMULATIVE = re.compile(r"(?:total_num_cumulative_preemption|total_cumulative_preemption_cnt)=(\d+)")
 MANY = 50
@@ -46,16 +47,17 @@ class LogPreemption(Check):
     name = "log-kv-preemption"
     title = "KV-cache preemption in server logs"
     category = Category.SERVER
-    requires = ("logs",)
+    requires = (LOGS,)
+    optional = (BASELINE,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        scan: LogScan = ctx.get("logs")
+        scan = ctx.get(LOGS)
         count = scan.count(KV_PREEMPTION)
         hits = scan.hits.get(KV_PREEMPTION) or []
         if not count or not hits:
             return
         cumulative = max((int(m.group(1)) for h in hits for m in [_CUMULATIVE.search(h.text)] if m), default=None)
-        baseline = ctx.optional("baseline")
+        baseline = ctx.optional(BASELINE)
         ttft = getattr(baseline, "ttft_p50_ms", None) if baseline is not None else None
         last = hits[-1]
         total = f"; the server's cumulative counter reached {cumulative}" if cumulative else ""

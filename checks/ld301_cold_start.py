@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import BaselineResult
-from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
 
 # The penalty must exceed this floor and the warm median itself to count.
 MIN_PENALTY_MS = 100.0
@@ -49,11 +48,11 @@ class ColdStart(Check):
     name = "cold-start"
     title = "Cold start on the first request"
     category = Category.COLD_START
-    requires = ("first_request", "baseline")
+    requires = (FIRST_REQUEST, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        first: RequestTiming = ctx.get("first_request")
-        base: BaselineResult = ctx.get("baseline")
+        first = ctx.get(FIRST_REQUEST)
+        base = ctx.get(BASELINE)
         warm_p50, warm_p90 = base.ttft_p50_ms, base.ttft_p90_ms
         if first.ttft_ms is None or warm_p50 is None or warm_p90 is None:
             return

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
 
 RECENT_S = 600.0
 EXPIRY_SOON_S = 60.0
@@ -47,10 +48,11 @@ class RecentRestart(Check):
     name = "recent-restart"
     title = "Server restarted or model loaded recently"
     category = Category.COLD_START
+    optional = (SERVER_METRICS, HOST, FIRST_REQUEST, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        metrics = ctx.optional("server_metrics")
-        host = ctx.optional("host")
+        metrics = ctx.optional(SERVER_METRICS)
+        host = ctx.optional(HOST)
         if metrics is None and (host is None or host.server_process is None):
             raise CheckSkipped("neither backend metrics nor the server process are available")
         signs: list[tuple[str, Evidence]] = []
@@ -83,7 +85,7 @@ class RecentRestart(Check):
                                       Evidence("expires_at", x.expires_at, "", "/api/ps")))
         if not signs:
             return
-        first, base = ctx.peek("first_request"), ctx.peek("baseline")
+        first, base = ctx.optional(FIRST_REQUEST), ctx.optional(BASELINE)
         penalty = None
         if first is not None and base is not None and first.ttft_ms is not None and base.ttft_p50_ms:
             penalty = max(0.0, first.ttft_ms - base.ttft_p50_ms)

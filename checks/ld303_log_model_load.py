@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.logscan import MODEL_LOAD, LogScan
+from llmdoctor.logscan import MODEL_LOAD
+from llmdoctor.probes.catalog import LOGS
 
 SLOW_LOAD_S = 30.0
 
@@ -45,10 +46,10 @@ class LogModelLoad(Check):
     name = "log-model-load"
     title = "Model load time in server logs"
     category = Category.COLD_START
-    requires = ("logs",)
+    requires = (LOGS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        scan: LogScan = ctx.get("logs")
+        scan = ctx.get(LOGS)
         cold = scan.cold_start()
         loads = scan.count(MODEL_LOAD)
         if cold is None:

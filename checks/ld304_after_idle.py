@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.idle import IdleResult
+from llmdoctor.probes.catalog import IDLE
 
 MIN_PENALTY_MS = 100.0
 MIN_RATIO = 1.5
@@ -44,10 +44,10 @@ class AfterIdlePenalty(Check):
     name = "after-idle-penalty"
     title = "Slow after idle"
     category = Category.COLD_START
-    requires = ("idle",)
+    requires = (IDLE,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        idle: IdleResult = ctx.get("idle")
+        idle = ctx.get(IDLE)
         after = idle.after_idle
         penalty = idle.penalty_ms
         warm = idle.warm_ttft_p50_ms if after.ttft_ms is not None else idle.warm_total_p50_ms

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
 from llmdoctor.probes.timing import RequestTiming
 
 
@@ -44,13 +45,14 @@ class LoadingResponses(Check):
     name = "loading-responses"
     title = "Loading responses while up"
     category = Category.COLD_START
+    optional = (FIRST_REQUEST, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         seen: list[RequestTiming] = []
-        first = ctx.optional("first_request")
+        first = ctx.optional(FIRST_REQUEST)
         if first is not None:
             seen.append(first)
-        baseline = ctx.optional("baseline")
+        baseline = ctx.optional(BASELINE)
         if baseline is not None:
             seen += list(baseline.warmup[1:]) + list(baseline.samples)
         if not seen:

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import BaselineResult
-from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 
 MIN_SETUP_MS = 20.0
 SHARE_LIMIT = 0.25
@@ -48,11 +47,11 @@ class NetworkShare(Check):
     name = "network-share"
     title = "Network set-up share of a request"
     category = Category.NETWORK
-    requires = ("discovery", "baseline")
+    requires = (DISCOVERY, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        first: RequestTiming = ctx.get("discovery").models_timing
-        base: BaselineResult = ctx.get("baseline")
+        first = ctx.get(DISCOVERY).models_timing
+        base = ctx.get(BASELINE)
         total = base.total_p50_ms
         connect, tls = first.connect_ms or 0.0, first.tls_ms or 0.0
         setup = first.setup_ms

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.dns import DnsResult
+from llmdoctor.probes.catalog import DNS
 
 SLOW_MS = 50.0
 VERY_SLOW_MS = 100.0
@@ -46,10 +46,10 @@ class SlowDns(Check):
     name = "slow-dns"
     title = "Slow DNS resolution"
     category = Category.NETWORK
-    requires = ("dns",)
+    requires = (DNS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        dns: DnsResult = ctx.get("dns")
+        dns = ctx.get(DNS)
         if dns.is_ip_literal:
             return
         lookup = dns.lookup_ms

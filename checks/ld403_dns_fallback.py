@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.dns import DnsResult
+from llmdoctor.probes.catalog import DNS
 
 
 class DnsFallback(Check):
@@ -43,10 +43,10 @@ class DnsFallback(Check):
     name = "dns-fallback"
     title = "Failing DNS server"
     category = Category.NETWORK
-    requires = ("dns",)
+    requires = (DNS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        dns: DnsResult = ctx.get("dns")
+        dns = ctx.get(DNS)
         if dns.is_ip_literal or not dns.resolvers:
             return
         failing = dns.failing_resolvers

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.dns import DnsResult
+from llmdoctor.probes.catalog import DNS
 
 # RFC 8305's recommended connection attempt delay: what happy eyeballs waits before IPv4.
 HAPPY_EYEBALLS_DELAY_MS = 250.0
@@ -45,10 +45,10 @@ class Ipv6Unreachable(Check):
     name = "ipv6-unreachable"
     title = "IPv6 addresses do not connect"
     category = Category.NETWORK
-    requires = ("dns",)
+    requires = (DNS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        dns: DnsResult = ctx.get("dns")
+        dns = ctx.get(DNS)
         bad = dns.unreachable_ipv6
         good_v4 = [a for a in dns.addresses if a.family == "ipv4" and a.ok]
         if not bad or not good_v4:

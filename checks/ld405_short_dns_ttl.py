@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.dns import DnsResult
+from llmdoctor.probes.catalog import DNS
 
 SHORT_TTL_S = 30
 WORTH_MS = 5.0
@@ -41,10 +41,10 @@ class ShortDnsTtl(Check):
     name = "short-dns-ttl"
     title = "Short DNS TTL"
     category = Category.NETWORK
-    requires = ("dns",)
+    requires = (DNS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        dns: DnsResult = ctx.get("dns")
+        dns = ctx.get(DNS)
         ttl, working = dns.min_ttl, dns.working_resolver
         if ttl is None or ttl >= SHORT_TTL_S or working is None or working.lookup_ms is None:
             return

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.transport import TransportResult
+from llmdoctor.probes.catalog import TRANSPORT
 
 SHARE = 0.20
 MIN_RTT_MS = 10.0
@@ -43,10 +43,10 @@ class RttShare(Check):
     name = "rtt-share"
     title = "Round trip dominates the floor"
     category = Category.NETWORK
-    requires = ("transport",)
+    requires = (TRANSPORT,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        tr: TransportResult = ctx.get("transport")
+        tr = ctx.get(TRANSPORT)
         rtt, share, total = tr.rtt_ms, tr.rtt_share, tr.baseline_total_p50_ms
         if rtt is None or share is None or total is None or rtt < MIN_RTT_MS or share < SHARE:
             return

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.transport import TransportResult
+from llmdoctor.probes.catalog import TRANSPORT
 
 MIN_COST_MS = 1.0
 
@@ -44,10 +44,10 @@ class NoConnectionReuse(Check):
     name = "no-connection-reuse"
     title = "Connections not reused"
     category = Category.NETWORK
-    requires = ("transport",)
+    requires = (TRANSPORT,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        tr: TransportResult = ctx.get("transport")
+        tr = ctx.get(TRANSPORT)
         ka = tr.keepalive
         if ka.reuse_works is not False:
             return

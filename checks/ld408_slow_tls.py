@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.transport import TransportResult
+from llmdoctor.probes.catalog import TRANSPORT
 
 SLOW_MS = 50.0
 
@@ -40,10 +40,10 @@ class SlowTls(Check):
     name = "slow-tls"
     title = "Slow TLS handshake"
     category = Category.NETWORK
-    requires = ("transport",)
+    requires = (TRANSPORT,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        tr: TransportResult = ctx.get("transport")
+        tr = ctx.get(TRANSPORT)
         tls, rtt = tr.tls_p50_ms, tr.rtt_ms
         if tls is None or rtt is None:
             return

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.transport import TransportResult
+from llmdoctor.probes.catalog import TRANSPORT
 
 
 class ProxyInPath(Check):
@@ -39,10 +39,10 @@ class ProxyInPath(Check):
     name = "proxy-in-path"
     title = "Proxy in the path"
     category = Category.NETWORK
-    requires = ("transport",)
+    requires = (TRANSPORT,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        tr: TransportResult = ctx.get("transport")
+        tr = ctx.get(TRANSPORT)
         proxy = tr.proxy
         if not proxy.used:
             return

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.client_limits import ClientLimits
+from llmdoctor.probes.catalog import CLIENT_LIMITS
 
 LOW_SOFT = 4096
 
@@ -41,10 +41,10 @@ class FdLimit(Check):
     name = "fd-limit"
     title = "Low open-file limit"
     category = Category.CLIENT
-    requires = ("client_limits",)
+    requires = (CLIENT_LIMITS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        limits: ClientLimits = ctx.get("client_limits")
+        limits = ctx.get(CLIENT_LIMITS)
         soft = limits.nofile_soft
         if soft is None or soft >= LOW_SOFT:
             return

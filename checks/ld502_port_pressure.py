@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.client_limits import ClientLimits
+from llmdoctor.probes.catalog import CLIENT_LIMITS
 
 TIME_WAIT_SHARE = 0.10
 FEW_PORTS = 10_000
@@ -43,10 +43,10 @@ class PortPressure(Check):
     name = "port-pressure"
     title = "Ephemeral port pressure"
     category = Category.CLIENT
-    requires = ("client_limits",)
+    requires = (CLIENT_LIMITS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        limits: ClientLimits = ctx.get("client_limits")
+        limits = ctx.get(CLIENT_LIMITS)
         ports = limits.ephemeral_ports
         if ports is None:
             return

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.client_limits import ConcurrencyResult
+from llmdoctor.probes.catalog import CONCURRENCY
 
 SLOWDOWN = 1.5
 
@@ -46,10 +46,10 @@ class ConcurrencyQueueing(Check):
     name = "concurrency-queueing"
     title = "Requests queue under concurrency"
     category = Category.CLIENT
-    requires = ("concurrency",)
+    requires = (CONCURRENCY,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        cr: ConcurrencyResult = ctx.get("concurrency")
+        cr = ctx.get(CONCURRENCY)
         slowdown, single, parallel = cr.slowdown, cr.single_p50_ms, cr.parallel_p50_ms
         if slowdown is None or single is None or parallel is None or slowdown < SLOWDOWN:
             return

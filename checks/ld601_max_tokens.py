@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import distribution, token_costs
+from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 
 OVERSIZE_FACTOR = 16  # a cap this many times the typical answer is no cap at all
 MIN_FLAGGED = 1024
@@ -48,13 +48,14 @@ class MaxTokens(Check):
     name = "max-tokens"
     title = "Answer cap (max_tokens) vs the answer and the window"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = (PROMPT_TOKENS, *TOKEN_COSTS)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         typical = ctx.options.typical_output_tokens
         costs = token_costs(ctx)
-        counted = ctx.optional("prompt_tokens")
+        counted = ctx.optional(PROMPT_TOKENS)
         window = ctx.options.context_window or getattr(counted, "window", None)
         caps = [r.params.output_cap for r in requests.requests]
         missing = [r for r, c in zip(requests.requests, caps) if c is None]

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 
 class StreamingOff(Check):
@@ -41,10 +41,11 @@ class StreamingOff(Check):
     name = "streaming-off"
     title = "Streaming off"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         off = [r for r in requests.requests if not r.params.stream]
         if not off:
             return

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 LOGPROBS_SHARE = 0.05  # assumed share of decode time spent on log-probabilities
 BYTES_PER_ALTERNATIVE = 60  # JSON of one {"token", "logprob", "bytes"} entry
@@ -45,10 +45,11 @@ class Logprobs(Check):
     name = "logprobs"
     title = "Log-probabilities requested (logprobs / top_logprobs)"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         asking = [r for r in requests.requests if r.params.logprobs or (r.params.top_logprobs or 0) > 0]
         if not asking:
             return

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 SAMPLING_SHARE = 0.02  # assumed decode-time share of sampling vs greedy
 PENALTY_SHARE = 0.05
@@ -47,10 +47,11 @@ class Sampling(Check):
     name = "sampling"
     title = "Sampling settings (temperature, penalties)"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         sampling = [r for r in requests.requests if r.params.temperature is None or r.params.temperature > 0]
         if len(sampling) * 2 <= len(requests.requests):
             return

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 SHORT_ANSWER_TOKENS = 8
 SMALL_CAP = 32
@@ -44,10 +44,11 @@ class MissingStop(Check):
     name = "missing-stop"
     title = "Short answers without stop sequences"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         open_ended = [
             r for r in requests.requests
             if r.short_answer_hint and not r.params.stop and (r.params.output_cap or 10**9) > SMALL_CAP

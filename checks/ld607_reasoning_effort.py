@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 TRIVIAL_USER_CHARS = 300
 # Assumed hidden reasoning tokens per effort level (reasoning models' typical short-task usage).
@@ -46,10 +46,11 @@ class ReasoningEffort(Check):
     name = "reasoning-effort"
     title = "Reasoning on for trivial prompts"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         hits = []
         for r in requests.requests:
             level = (r.params.reasoning_effort or "").lower() or ("thinking" if r.params.thinking else "")

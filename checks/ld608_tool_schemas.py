@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.costs import token_costs
+from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.catalog import REQUESTS
 
 CHARS_PER_TOKEN = 4.0
 WARN_TOKENS = 2000
@@ -48,10 +48,11 @@ class ToolSchemas(Check):
     name = "tool-schemas"
     title = "Tool schemas inflating the prompt"
     category = Category.PARAMS
-    requires = ("requests",)
+    requires = (REQUESTS,)
+    optional = TOKEN_COSTS
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        requests: RequestSet = ctx.get("requests")
+        requests = ctx.get(REQUESTS)
         with_tools = [r for r in requests.requests if r.params.tools_chars]
         if not with_tools:
             return

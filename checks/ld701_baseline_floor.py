@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import BaselineResult
+from llmdoctor.probes.catalog import BASELINE
 
 WARNING_FLOOR_MS = 500.0
 CRITICAL_FLOOR_MS = 2000.0
@@ -52,10 +52,10 @@ class BaselineFloor(Check):
     name = "baseline-floor"
     title = 'Baseline "Say ok." floor'
     category = Category.BASELINE
-    requires = ("baseline",)
+    requires = (BASELINE,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        base: BaselineResult = ctx.get("baseline")
+        base = ctx.get(BASELINE)
         p50, p90 = base.total_p50_ms, base.total_p90_ms
         ttft50, ttft90 = base.ttft_p50_ms, base.ttft_p90_ms
         if p50 is None or p90 is None:

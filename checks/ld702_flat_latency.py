@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import SweepResult
+from llmdoctor.probes.catalog import SWEEP
 
 FIXED_SHARE_LIMIT = 0.5
 MIN_FIXED_MS = 100.0
@@ -51,10 +51,10 @@ class FlatLatency(Check):
     name = "flat-latency"
     title = "Flat-latency fit: fixed vs per-token cost"
     category = Category.BASELINE
-    requires = ("sweep",)
+    requires = (SWEEP,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        sweep: SweepResult = ctx.get("sweep")
+        sweep = ctx.get(SWEEP)
         fit = sweep.separable_fit
         if fit is None:
             raise CheckSkipped(

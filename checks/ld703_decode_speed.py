@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import SweepResult
+from llmdoctor.probes.catalog import SWEEP
 
 SLOW_TOKEN_MS = 40.0  # 25 tokens/s: slower than people read
 
@@ -44,10 +44,10 @@ class DecodeSpeed(Check):
     name = "decode-speed"
     title = "Decode speed per output token"
     category = Category.BASELINE
-    requires = ("sweep",)
+    requires = (SWEEP,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        sweep: SweepResult = ctx.get("sweep")
+        sweep = ctx.get(SWEEP)
         fit = sweep.separable_fit
         if fit is None:
             raise CheckSkipped("the sweep generated a single output length: no per-token slope")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.check import Category, Check, CheckSkipped, Reads
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
 from llmdoctor.gate import METRICS, SloError, parse_slo
 from llmdoctor.measures import measure
+from llmdoctor.probes.catalog import BASELINE, SWEEP
+from llmdoctor.target import Options
 
 
 class SloBreached(Check):
@@ -49,7 +51,16 @@ class SloBreached(Check):
     name = "slo-breached"
     title = "Latency SLOs"
     category = Category.BASELINE
-    requires = ()
+    optional = (BASELINE, SWEEP)
+
+    @classmethod
+    def reads(cls, options: Options) -> Reads:
+        """Only the probes behind the given objectives (none without ``--slo``)."""
+        try:
+            sources = {METRICS[parse_slo(s).metric][1] for s in options.slos}
+        except SloError:
+            return Reads()
+        return Reads((), tuple(p for p in cls.optional if p.name in sources))
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         specs = ctx.options.slos
@@ -61,8 +72,8 @@ class SloBreached(Check):
             raise CheckSkipped(str(exc)) from None
         need_sweep = any(METRICS[s.metric][1] == "sweep" for s in slos)
         need_base = any(METRICS[s.metric][1] == "baseline" for s in slos)
-        base = ctx.get("baseline") if need_base else None
-        sweep = ctx.get("sweep") if need_sweep else None
+        base = ctx.get(BASELINE) if need_base else None
+        sweep = ctx.get(SWEEP) if need_sweep else None
         unmeasured = []
         for slo in slos:
             got = measure(slo.metric, base, sweep)

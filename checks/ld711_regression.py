@@ -8,7 +8,7 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.measures import REGRESSION_METRICS, compare_runs
-from llmdoctor.probes.reference import Reference
+from llmdoctor.probes.catalog import BASELINE, REFERENCE, SWEEP
 from llmdoctor.regress import Comparison, Verdict
 
 CRITICAL_REL = 0.5
@@ -60,12 +60,13 @@ class Regression(Check):
     name = "latency-regression"
     title = "Regression against a saved baseline"
     category = Category.BASELINE
-    requires = ("reference",)
+    requires = (REFERENCE,)
+    optional = (BASELINE, SWEEP)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        ref: Reference = ctx.get("reference")
-        base = ctx.get("baseline") if ref.baseline is not None else None
-        sweep = ctx.optional("sweep") if ref.sweep is not None else None
+        ref = ctx.get(REFERENCE)
+        base = ctx.get(BASELINE) if ref.baseline is not None else None
+        sweep = ctx.optional(SWEEP) if ref.sweep is not None else None
         comparisons = compare_runs(ref.baseline, ref.sweep, base, sweep)
         if not comparisons:
             raise CheckSkipped("nothing to compare: the baseline file and this run share no measured metric")

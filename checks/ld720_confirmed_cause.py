@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.diagnosis.hypotheses import BY_ID
-from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import DIAGNOSIS
 
 
 class ConfirmedCause(Check):
@@ -55,10 +55,10 @@ class ConfirmedCause(Check):
     name = "confirmed-cause"
     title = "Cause confirmed by follow-up tests"
     category = Category.BASELINE
-    requires = ("diagnosis",)
+    requires = (DIAGNOSIS,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        d: Diagnosis = ctx.get("diagnosis")
+        d = ctx.get(DIAGNOSIS)
         if not d.hypotheses:
             raise CheckSkipped("no hypotheses were formed")
         refuted = ", ".join(h.title.lower() for h in d.refuted) or "none"

@@ -1,15 +1,18 @@
 """The latency waterfall of a typical request, built from measurements already taken.
 
-It never sends a request: it reads the probes that ran (``ctx.peek``), so a
-run restricted with ``--select`` shows no breakdown rather than extra traffic.
+It never sends a request: it reads the results of the probes that ran
+(`Context.results`), so a run restricted with ``--select`` shows no breakdown
+rather than extra traffic.
 """
 
 from __future__ import annotations
 
-from llmdoctor.context import Context
-from llmdoctor.probes.baseline import BaselineResult, SweepResult
+from llmdoctor.context import Results
+from llmdoctor.probes.baseline import BaselineResult
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY, SWEEP
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.report import Breakdown, Phase
+from llmdoctor.target import Options
 
 __all__ = ["build_breakdown", "waterfall"]
 
@@ -44,15 +47,15 @@ def _median_sample(base: BaselineResult) -> RequestTiming | None:
     return ok[(len(ok) - 1) // 2] if ok else None
 
 
-def build_breakdown(ctx: Context) -> Breakdown | None:
+def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     """The breakdown of the median baseline request, or None without a baseline."""
-    base: BaselineResult | None = ctx.peek("baseline")
+    base = results.get(BASELINE)
     if base is None:
         return None
     typical = _median_sample(base)
     if typical is None or typical.total_ms is None:
         return None
-    discovery = ctx.peek("discovery")
+    discovery = results.get(DISCOVERY)
     first: RequestTiming | None = discovery.models_timing if discovery is not None else None
     breakdown = Breakdown(
         label=f'median "Say ok." request ({len(base.ok_samples)} samples, max_tokens {base.max_tokens})',
@@ -64,11 +67,11 @@ def build_breakdown(ctx: Context) -> Breakdown | None:
         total_p50_ms=base.total_p50_ms,
         total_p90_ms=base.total_p90_ms,
     )
-    sweep: SweepResult | None = ctx.peek("sweep")
+    sweep = results.get(SWEEP)
     fit = sweep.separable_fit if sweep is not None else None
-    if fit is not None:
+    if sweep is not None and fit is not None:
         breakdown.fixed_ms = fit.fixed_ms
         breakdown.per_token_ms = fit.per_token_ms
-        breakdown.typical_output_tokens = ctx.options.typical_output_tokens
+        breakdown.typical_output_tokens = options.typical_output_tokens
         breakdown.sweep_points = [(p.timing.output_tokens, p.timing.total_ms or 0.0) for p in sweep.ok_points]
     return breakdown

@@ -9,11 +9,13 @@ from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
 from llmdoctor.findings import Finding
+from llmdoctor.probes.contract import AnyProbe, Reads
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
+    from llmdoctor.target import Options
 
-__all__ = ["Category", "Check", "CheckSkipped", "DOC_SECTIONS", "DOCS_REF"]
+__all__ = ["Category", "Check", "CheckSkipped", "DOC_SECTIONS", "DOCS_REF", "Reads"]
 
 # Docs travel with the tool: the reference of a finding is the command that prints them.
 DOCS_REF = "llmdoctor explain {id}"
@@ -50,13 +52,20 @@ class Check:
     means the check passed. A check never sends requests itself and never
     calls another check. Its docstring is its documentation, in the sections
     named by `DOC_SECTIONS` (markdown ``## `` headings).
+
+    Every probe `run` reads, directly or through a helper, is declared:
+    `requires` (the check is skipped with the probe's reason when one is
+    unavailable) or `optional` (read when present). The run measures exactly
+    the declared probes before any check runs; strict mode (the tests) fails
+    an undeclared read.
     """
 
     id: ClassVar[str]
     name: ClassVar[str]
     title: ClassVar[str]
     category: ClassVar[Category]
-    requires: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[AnyProbe, ...]] = ()
+    optional: ClassVar[tuple[AnyProbe, ...]] = ()
     order: ClassVar[int]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -64,6 +73,20 @@ class Check:
         if "order" not in cls.__dict__ and "id" in cls.__dict__:
             digits = re.sub(r"\D", "", cls.id)
             cls.order = int(digits) if digits else 10_000
+
+    @classmethod
+    def reads(cls, options: Options) -> Reads:
+        """The probes it reads under `options`: by default everything it declares.
+
+        A check that reads some probes only under some options (an SLO on one metric,
+        a local tokenizer) narrows this, so a run does not measure what it will not read.
+        """
+        return Reads(cls.requires, cls.optional)
+
+    @classmethod
+    def declared(cls) -> tuple[AnyProbe, ...]:
+        """Every probe it may read (`requires` then `optional`)."""
+        return (*cls.requires, *cls.optional)
 
     def run(self, ctx: Context) -> Iterable[Finding]:
         """Yield findings from the probe results in `ctx`."""

@@ -280,7 +280,7 @@ def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[
     from llmdoctor.registry import select as select_checks
 
     checks = select_checks(load_registry().checks, _split_ids(select), _split_ids(ignore))
-    _emit(render_plan(target, options, [p for c in checks for p in c.requires]), output)
+    _emit(render_plan(target, options, checks), output)
 
 
 @contextlib.contextmanager
@@ -352,7 +352,8 @@ def list_checks(as_json: bool) -> None:
         import json
 
         rows = [{"id": c.id, "name": c.name, "category": c.category.value, "title": c.title,
-                 "requires": list(c.requires)} for c in registry.checks]
+                 "requires": [p.name for p in c.requires], "optional": [p.name for p in c.optional]}
+                for c in registry.checks]
         click.echo(json.dumps(rows, indent=2))
         return
     for c in registry.checks:
@@ -374,8 +375,8 @@ def explain(check_id: str) -> None:
         raise UsageProblem(f"no check {check_id!r}; `llmdoctor checks` lists them")
     click.echo(f"{check_cls.id} {check_cls.name} — {check_cls.title}  [{check_cls.category.value}]\n")
     click.echo(inspect.cleandoc(check_cls.__doc__ or ""))
-    if check_cls.requires:
-        click.echo(f"\nMeasurements used: {', '.join(check_cls.requires)}")
+    if check_cls.declared():
+        click.echo(f"\nMeasurements used: {', '.join(p.name for p in check_cls.declared())}")
 
 
 @cli.command()

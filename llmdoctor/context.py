@@ -1,24 +1,42 @@
-"""The run's shared context: lazy, memoized probes over one probe client.
+"""The run's shared context: memoized probes over one probe client, read through typed handles.
 
-Checks read measurements through the context (``ctx.get("baseline")``); each
-probe runs at most once. A probe that cannot run is remembered as unavailable
-with a reason, so every check that needs it is skipped with that reason. In
-replay mode the context serves recorded measurements and sends nothing.
+Checks read measurements through the context (``ctx.get(BASELINE)`` is a
+``BaselineResult``); each probe runs at most once. A probe that cannot run is
+remembered as unavailable with a reason, so every check that needs it is skipped
+with that reason. In replay mode the context serves recorded measurements and
+sends nothing.
+
+A run first measures its schedule (`measure`: the probes the selected checks
+declare, in the catalog's canonical order), then runs the checks on the results,
+so no finding depends on the order the checks run in. In strict mode
+(``LLMDOCTOR_STRICT_PROBES=1``, set by the test suite) a check or probe that reads
+a probe it did not declare raises `UndeclaredRead`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from llmdoctor.probes.catalog import PROBES, ProbeSpec
+from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import Options, Target
 
-__all__ = ["Context", "ProbeSpec", "ProbeUnavailable", "ProbeStatus"]
+if TYPE_CHECKING:
+    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.timing import RequestTiming
+
+__all__ = ["Context", "ProbeStatus", "ProbeUnavailable", "Results", "STRICT_ENV", "UndeclaredRead"]
+
+T = TypeVar("T")
+
+#: Environment variable that turns strict probe reads on (the test suite sets it).
+STRICT_ENV = "LLMDOCTOR_STRICT_PROBES"
 
 
 class ProbeUnavailable(Exception):
@@ -27,6 +45,10 @@ class ProbeUnavailable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UndeclaredRead(RuntimeError):
+    """Strict mode: a check or probe read a probe it does not declare (a bug in that check or probe)."""
 
 
 @dataclass
@@ -42,27 +64,56 @@ class ProbeStatus:
 @dataclass
 class _Slot:
     status: ProbeStatus
-    value: Any = None
+    value: object = None
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """Who is reading probes right now: a check or a probe, and what it declared."""
+
+    name: str
+    allowed: frozenset[AnyProbe]
+    orders: frozenset[AnyProbe]
+    is_check: bool
+
+
+@dataclass(frozen=True)
+class Results:
+    """The results of the probes that ran, for report assembly after the checks (never runs a probe)."""
+
+    _values: Mapping[str, object]
+
+    def get(self, probe: Probe[T]) -> T | None:
+        """The result of `probe` if it ran and produced one, else None."""
+        return cast("T | None", self._values.get(probe.name))
+
+
+def _strict_from_env() -> bool:
+    return os.environ.get(STRICT_ENV, "") not in ("", "0")
 
 
 @dataclass
 class Context:
-    """Everything checks may read, measured on demand and at most once."""
+    """Everything checks may read, measured once per run."""
 
     target: Target | None
     options: Options = field(default_factory=Options)
-    probes: Mapping[str, ProbeSpec] = field(default_factory=lambda: PROBES)
-    recorded: Mapping[str, Any] | None = None
+    recorded: Mapping[str, object] | None = None
     # When replaying: also run local probes (files, this host) that were not recorded.
     # Fixture cases want that; replaying someone's recording on another machine does not.
     replay_local: bool = False
     on_probe: Callable[[str, str], None] | None = None
-    client_factory: Callable[[], Any] | None = None
+    client_factory: Callable[[], ProbeClient] | None = None
     #: Called before every request the probe client sends (e.g. a fleet-wide rate limit).
     before_send: Callable[[], None] | None = None
+    #: Fail undeclared reads (`UndeclaredRead`); on by default when ``LLMDOCTOR_STRICT_PROBES=1``.
+    strict: bool = field(default_factory=_strict_from_env)
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
-    _client: Any = field(default=None, init=False, repr=False)
+    _client: ProbeClient | None = field(default=None, init=False, repr=False)
     _raw_connections: int = field(default=0, init=False, repr=False)
+    _readers: list[_Reader] = field(default_factory=list, init=False, repr=False)
+    _scheduled: frozenset[AnyProbe] | None = field(default=None, init=False, repr=False)
+    _interrupted: set[str] = field(default_factory=set, init=False, repr=False)
     # The perf_counter() instant the run must end by (--deadline, counted from here), or None.
     deadline_at: float | None = field(default=None, init=False, repr=False)
 
@@ -96,7 +147,7 @@ class Context:
 
     # -- the probe client -------------------------------------------------
     @property
-    def client(self) -> Any:
+    def client(self) -> ProbeClient:
         """The one `ProbeClient` of the run (created on first use)."""
         if self.recorded is not None:
             raise ProbeUnavailable("replaying recorded measurements: no requests are sent")
@@ -120,12 +171,12 @@ class Context:
                 )
         return self._client
 
-    def _log_request(self, timing: Any) -> None:
+    def _log_request(self, timing: RequestTiming) -> None:
         """--verbose: one line per request on stderr (headers masked, text redacted)."""
         from llmdoctor.probes.client import describe_request
 
         line = describe_request(timing, self._client.request_headers if self._client is not None else {})
-        print(self._redact(f"llmdoctor: {line}"), file=sys.stderr, flush=True)
+        print(self.redact(f"llmdoctor: {line}"), file=sys.stderr, flush=True)
 
     def note_raw_connections(self, count: int) -> None:
         """Record TCP connections a probe opened outside the HTTP client (reported with the requests)."""
@@ -146,40 +197,99 @@ class Context:
         if self._client is not None:
             self._client.close()
 
-    # -- probes -------------------------------------------------------------
-    def get(self, name: str) -> Any:
-        """The result of probe `name`, running it on first use.
+    # -- the schedule -------------------------------------------------------
+    def off_reason(self, probe: AnyProbe) -> str | None:
+        """Why `probe` will not measure in this run (None: it will).
+
+        Live, from the options (`static_off`); replaying, from the recording: a recorded
+        result stands, a recorded or missing one is unavailable.
+        """
+        if self._replays(probe):
+            assert self.recorded is not None
+            data = self.recorded.get(probe.name)
+            if data is None:
+                return "not in the recorded measurements"
+            if isinstance(data, dict) and set(data) == {"unavailable"}:
+                return str(data["unavailable"])
+            return None
+        reason = probe.off(self.options) if probe.off is not None else None
+        if reason:
+            return reason
+        for need in probe.needs:
+            reason = self.off_reason(need)
+            if reason:
+                return reason
+        return None
+
+    def measure(self, schedule: Sequence[AnyProbe]) -> None:
+        """Run the run's schedule in its order (each probe's own reads run when it asks for them).
+
+        After this, `scheduled` tells which probes belong to the run. Ctrl-C stops the
+        measuring: the probes not measured yet are marked interrupted, and it is re-raised.
+        """
+        self._scheduled = frozenset(schedule)
+        try:
+            for probe in schedule:
+                self._ensure(probe)
+        except KeyboardInterrupt:
+            for probe in schedule:
+                if probe.name not in self._slots:
+                    status = ProbeStatus(probe.name, False, "not measured: interrupted (Ctrl-C)")
+                    self._slots[probe.name] = _Slot(status)
+                    self._interrupted.add(probe.name)
+            raise
+
+    def scheduled(self, probe: AnyProbe) -> bool:
+        """Whether `probe` belongs to this run's schedule (measured by the checklist, whatever the diagnosis does)."""
+        return self._scheduled is not None and probe in self._scheduled
+
+    def complete(self, probes: Sequence[AnyProbe]) -> bool:
+        """Whether each of `probes` that the run scheduled was measured to the end (not cut short by Ctrl-C)."""
+        return all(p.name in self._slots and p.name not in self._interrupted
+                   for p in probes if self.scheduled(p))
+
+    # -- reading probes -------------------------------------------------------
+    @contextmanager
+    def reading_as(self, name: str, allowed: Sequence[AnyProbe]) -> Iterator[None]:
+        """Attribute the reads inside to check `name`, which declared `allowed` (strict mode checks them)."""
+        self._readers.append(_Reader(name, frozenset(allowed), frozenset(), True))
+        try:
+            yield
+        finally:
+            self._readers.pop()
+
+    def get(self, probe: Probe[T]) -> T:
+        """The result of `probe`, measuring it on first use.
 
         Raises `ProbeUnavailable` (every time, with the same reason) when the
         probe cannot produce a result.
         """
-        slot = self._slots.get(name)
-        if slot is None:
-            slot = self._run_probe(name)
-            self._slots[name] = slot
+        slot = self._ensure(probe)
         if not slot.status.available:
             raise ProbeUnavailable(slot.status.reason)
-        return slot.value
+        return cast(T, slot.value)
 
-    def optional(self, name: str) -> Any | None:
+    def optional(self, probe: Probe[T]) -> T | None:
         """Like `get`, but None when the probe is unavailable."""
         try:
-            return self.get(name)
+            return self.get(probe)
         except ProbeUnavailable:
             return None
 
-    def peek(self, name: str) -> Any | None:
-        """The result of a probe that already ran, without running it."""
-        slot = self._slots.get(name)
-        return slot.value if slot is not None and slot.status.available else None
+    def results(self) -> Results:
+        """The results of the probes that ran, for assembling the report once the checks are done."""
+        if self.strict and self._readers:
+            raise UndeclaredRead(f"{self._readers[-1].name} reads results() (report assembly only): "
+                                 "read probes through declared handles")
+        return Results({name: slot.value for name, slot in self._slots.items() if slot.status.available})
 
     def statuses(self) -> list[ProbeStatus]:
-        """Status of every probe that ran, in the order they ran."""
+        """Status of every probe that ran, in the order they finished."""
         return [slot.status for slot in self._slots.values()]
 
-    def measurements(self) -> dict[str, Any]:
+    def measurements(self) -> dict[str, object]:
         """All probe results as plain data (for ``--save-measurements``)."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for name, slot in self._slots.items():
             if slot.status.available:
                 out[name] = to_data(slot.value)
@@ -187,31 +297,62 @@ class Context:
                 out[name] = {"unavailable": slot.status.reason}
         return out
 
-    def _run_probe(self, name: str) -> _Slot:
-        spec = self.probes.get(name)
-        if spec is None:
-            return _Slot(ProbeStatus(name, False, f"unknown probe {name!r}"))
-        # A derived probe (the diagnosis) is recomputed from the recorded results it reads, if the
-        # recorded run had it (or, for fixture cases, whenever local probes run too).
-        recompute = spec.derived and (spec.name in self.recorded or self.replay_local) if self.recorded else False
-        if self.recorded is not None and not recompute and not (
-                spec.local and self.replay_local and spec.name not in self.recorded):
+    def _ensure(self, probe: AnyProbe) -> _Slot:
+        if not isinstance(probe, Probe):
+            raise TypeError(f"probes are read through their handles (llmdoctor.probes.catalog), not {probe!r}")
+        slot = self._slots.get(probe.name)
+        if self._readers:
+            self._check_read(self._readers[-1], probe, ran=slot is not None)
+        if slot is None:
+            slot = self._run_probe(probe)
+            self._slots[probe.name] = slot
+        return slot
+
+    def _check_read(self, reader: _Reader, probe: AnyProbe, *, ran: bool) -> None:
+        if not self.strict:
+            return
+        if probe not in reader.allowed and probe not in reader.orders:
+            kind = "check" if reader.is_check else "probe"
+            declare = "requires/optional" if reader.is_check else "needs/optional/orders"
+            raise UndeclaredRead(f"{kind} {reader.name} reads probe {probe.name!r} without declaring it "
+                                 f"(add it to its {declare})")
+        if reader.is_check and not ran and self._scheduled is not None and probe not in self._scheduled:
+            raise UndeclaredRead(f"check {reader.name} reads probe {probe.name!r}, which the run did not schedule")
+
+    def _replays(self, probe: AnyProbe) -> bool:
+        """Whether `probe` comes from the recording rather than being measured (or recomputed) here."""
+        if self.recorded is None:
+            return False
+        if probe.derived and (probe.name in self.recorded or self.replay_local):
+            return False  # recomputed from the recorded results it reads
+        return not (probe.local and self.replay_local and probe.name not in self.recorded)
+
+    def _run_probe(self, spec: AnyProbe) -> _Slot:
+        name = spec.name
+        if self._replays(spec):
             return self._replay(spec)
+        off = self.off_reason(spec)
+        if off:
+            return _Slot(ProbeStatus(name, False, off))
         if self.deadline_at is not None and self.time_left() == 0:
             return _Slot(ProbeStatus(name, False, self.deadline_reason))
         if self.on_probe:
             self.on_probe(name, spec.description)
         started = time.perf_counter()
+        self._readers.append(_Reader(name, frozenset((*spec.needs, *spec.optional)), frozenset(spec.orders), False))
         try:
             value = spec.resolve_function()(self)
         except ProbeUnavailable as exc:
             status = ProbeStatus(name, False, exc.reason)
             value = None
+        except UndeclaredRead:
+            raise
         except KeyboardInterrupt:
             # Ctrl-C in the middle of a probe: remember it, then let the doctor stop the run.
             status = ProbeStatus(name, False, "interrupted (Ctrl-C) while measuring",
                                  (time.perf_counter() - started) * 1000)
             self._slots[name] = _Slot(status)
+            self._interrupted.add(name)
             raise
         except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the run
             from llmdoctor.probes.client import BudgetExhausted, DeadlineReached
@@ -222,14 +363,16 @@ class Context:
                 reason = f"request budget spent ({self.options.max_requests} requests; raise --max-requests)"
             else:
                 reason = f"probe failed: {type(exc).__name__}: {exc}"
-            status = ProbeStatus(name, False, self._redact(reason))
+            status = ProbeStatus(name, False, self.redact(reason))
             value = None
         else:
             status = ProbeStatus(name, True)
+        finally:
+            self._readers.pop()
         status.duration_ms = (time.perf_counter() - started) * 1000
         return _Slot(status, value)
 
-    def _replay(self, spec: ProbeSpec) -> _Slot:
+    def _replay(self, spec: AnyProbe) -> _Slot:
         assert self.recorded is not None
         data = self.recorded.get(spec.name)
         if data is None:
@@ -242,8 +385,9 @@ class Context:
             return _Slot(ProbeStatus(spec.name, False, f"recorded {spec.name} is malformed: {exc}"))
         return _Slot(ProbeStatus(spec.name, True), value)
 
-    def _redact(self, text: str) -> str:
-        if self._client is not None and hasattr(self._client, "redactor"):
+    def redact(self, text: str) -> str:
+        """`text` with the run's secrets masked (the API key, secret headers)."""
+        if self._client is not None:
             return self._client.redactor.text(text)
         if self.target is not None and self.target.api_key:
             return text.replace(self.target.api_key, "***")

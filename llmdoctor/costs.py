@@ -4,6 +4,8 @@ Checks multiply tokens by these: prefill (prompt) tokens by the ``prefill``
 probe's ms per prompt token, output tokens by the sweep fit's ms per output
 token. When a cost was not measured it is None and `basis` says so, so a
 finding states what its estimate rests on instead of inventing a number.
+
+A check calling `token_costs` declares `TOKEN_COSTS` among its optional probes.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmdoctor.context import Context
+from llmdoctor.probes.catalog import PREFILL, SWEEP
+from llmdoctor.probes.contract import AnyProbe
 
-__all__ = ["TokenCosts", "token_costs", "percentile", "distribution"]
+__all__ = ["TOKEN_COSTS", "TokenCosts", "token_costs", "percentile", "distribution"]
+
+#: The probes `token_costs` reads (a check using it declares them optional).
+TOKEN_COSTS: tuple[AnyProbe, ...] = (PREFILL, SWEEP)
 
 
 @dataclass(frozen=True)
@@ -36,14 +43,14 @@ class TokenCosts:
 
 def token_costs(ctx: Context) -> TokenCosts:
     """The run's measured per-token costs (never sends requests itself: probes do)."""
-    prefill = ctx.optional("prefill")
-    if prefill is not None and getattr(prefill, "reliable", False):
+    prefill = ctx.optional(PREFILL)
+    if prefill is not None and prefill.reliable:
         p_ms: float | None = prefill.per_token_ms
         p_basis = f"measured prefill {prefill.per_token_ms:.3f} ms/prompt token (short vs long prompt TTFT)"
     else:
         p_ms, p_basis = None, "prefill cost per prompt token not measured (no endpoint, or the probe failed)"
-    sweep = ctx.optional("sweep")
-    fit = getattr(sweep, "fit", None)
+    sweep = ctx.optional(SWEEP)
+    fit = sweep.fit if sweep is not None else None
     if fit is not None and fit.per_token_ms > 0:
         d_ms: float | None = fit.per_token_ms
         d_basis = f"measured decode {fit.per_token_ms:.1f} ms/output token (output-length sweep fit)"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
 
 from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
-from llmdoctor.context import Context
+from llmdoctor.context import Context, Results
+from llmdoctor.probes.catalog import DIAGNOSIS, DISCOVERY
 from llmdoctor.registry import load_registry, select
 from llmdoctor.report import Report, fold_restatements, rank
-from llmdoctor.runner import CheckOutcome, run_one
+from llmdoctor.runner import CheckOutcome, run_one, schedule_for
 from llmdoctor.target import Options, Target
 
 __all__ = ["diagnose", "Progress"]
@@ -27,14 +27,15 @@ def diagnose(
     selected: Sequence[str] = (),
     ignored: Sequence[str] = (),
     fail_on: str = "warning",
-    recorded: Mapping[str, Any] | None = None,
+    recorded: Mapping[str, object] | None = None,
     progress: Progress | None = None,
     before_send: Callable[[], None] | None = None,
 ) -> tuple[Report, Context]:
     """Run the checklist against `target` (or on `recorded` measurements) and rank the findings.
 
-    Ctrl-C stops the run between checks and returns the partial report,
-    marked ``interrupted``.
+    The probes the selected checks declare are measured first, in the catalog's order,
+    then every check runs on the results. Ctrl-C stops the measuring and returns the
+    partial report, marked ``interrupted``, with the checks whose measurements were complete.
     """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
@@ -52,7 +53,13 @@ def diagnose(
     ]
     interrupted = False
     try:
+        try:
+            ctx.measure(schedule_for(checks, ctx))
+        except KeyboardInterrupt:
+            interrupted = True
         for check in checks:
+            if interrupted and not ctx.complete(check.reads(options).all):
+                continue  # judged only on measurements Ctrl-C did not cut short
             if progress:
                 progress(f"{check.id} {check.title}")
             outcomes.append(run_one(check, ctx))
@@ -60,10 +67,11 @@ def diagnose(
         interrupted = True
     finally:
         ctx.close()
+    results = ctx.results()
     findings = rank(fold_restatements(outcomes))
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
-        model=_model(ctx, target),
+        model=_model(results, target),
         started_at=started_at,
         duration_ms=(time.perf_counter() - started) * 1000,
         requests_sent=ctx.requests_sent,
@@ -72,17 +80,17 @@ def diagnose(
         findings=findings,
         checks=outcomes,
         probes=ctx.statuses(),
-        breakdown=build_breakdown(ctx),
+        breakdown=build_breakdown(results, options),
         fail_on=fail_on,
         replayed=recorded is not None,
         interrupted=interrupted,
-        diagnosis=ctx.peek("diagnosis"),
+        diagnosis=results.get(DIAGNOSIS),
     )
     return report, ctx
 
 
-def _model(ctx: Context, target: Target | None) -> str | None:
-    info = ctx.peek("discovery")
+def _model(results: Results, target: Target | None) -> str | None:
+    info = results.get(DISCOVERY)
     if info is not None and info.model:
         return str(info.model)
     return target.model if target else None

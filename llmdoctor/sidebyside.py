@@ -76,6 +76,7 @@ def run_side_by_side(
 ) -> SideBySide:
     """Discover both endpoints, warm each up, then alternate single "Say ok." requests A, B, A, B …"""
     from llmdoctor.context import Context, ProbeUnavailable
+    from llmdoctor.probes.catalog import DISCOVERY
 
     sides = [Side(label, t.base_url) for label, t in zip("AB", targets)]
     ctxs = [Context(target=t, options=options) for t in targets]
@@ -83,7 +84,7 @@ def run_side_by_side(
         models: list[str | None] = []
         for side, ctx in zip(sides, ctxs):
             try:
-                info = ctx.get("discovery")
+                info = ctx.get(DISCOVERY)
                 if not info.reachable or info.model is None:
                     raise ProbeUnavailable(f"not usable: {describe_failure(info.models_timing)}"
                                            if not info.reachable else "no model; pass --model")

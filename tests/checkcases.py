@@ -25,7 +25,7 @@ from typing import Any
 
 from llmdoctor.check import Check
 from llmdoctor.context import Context
-from llmdoctor.runner import CheckOutcome, run_one
+from llmdoctor.runner import CheckOutcome, run_checks
 from llmdoctor.target import Options, Target
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -59,7 +59,7 @@ def run_case(check: type[Check], path: Path) -> CheckOutcome:
     options = dataclasses.replace(Options(), **raw)
     target = Target(base_url=case.get("endpoint", "http://127.0.0.1:9/v1"), model=case.get("model"))
     ctx = Context(target=target, options=options, recorded=case.get("measurements", {}), replay_local=True)
-    return run_one(check, ctx)
+    return run_checks([check], ctx)[0]
 
 
 def assert_outcome(outcome: CheckOutcome, expect: dict[str, Any], where: str = "") -> None:

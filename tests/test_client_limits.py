@@ -12,6 +12,7 @@ import pytest
 
 from llmdoctor.context import Context
 from llmdoctor.probes import client_limits as cl
+from llmdoctor.probes.catalog import CLIENT_LIMITS, CONCURRENCY
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Options, Target
@@ -89,7 +90,7 @@ def _ctx(port: int, **options) -> Context:
 @pytest.mark.parametrize("counting_server", [(1, 0.1)], indirect=True)
 def test_queueing_server_shows_slowdown_and_never_more_than_n_in_flight(counting_server):
     ctx = _ctx(counting_server.server_address[1], concurrency=4, max_requests=30, samples=2)
-    result = ctx.get("concurrency")
+    result = ctx.get(CONCURRENCY)
     assert counting_server.peak == 4  # counted at the server: exactly N at once, never more
     assert result.max_in_flight == 4 and result.n == 4 and result.errors == 0
     assert len(result.single_ms) == 2 and len(result.parallel_ms) == 4
@@ -101,7 +102,7 @@ def test_queueing_server_shows_slowdown_and_never_more_than_n_in_flight(counting
 
 @pytest.mark.parametrize("counting_server", [(8, 0.1)], indirect=True)
 def test_parallel_server_has_no_slowdown(counting_server):
-    result = _ctx(counting_server.server_address[1], concurrency=4, samples=2).get("concurrency")
+    result = _ctx(counting_server.server_address[1], concurrency=4, samples=2).get(CONCURRENCY)
     assert counting_server.peak <= 4
     assert result.slowdown is not None and result.slowdown < 1.5
     assert result.effective_parallelism is not None and result.effective_parallelism > 2.5
@@ -110,21 +111,21 @@ def test_parallel_server_has_no_slowdown(counting_server):
 @pytest.mark.parametrize("counting_server", [(8, 0.01)], indirect=True)
 def test_concurrency_stays_within_the_request_budget(counting_server):
     ctx = _ctx(counting_server.server_address[1], concurrency=20, max_requests=12, samples=2)
-    result = ctx.get("concurrency")
+    result = ctx.get(CONCURRENCY)
     assert ctx.requests_sent <= 12 and counting_server.peak <= result.n < 20
     assert "request budget" in result.note
 
 
 def test_concurrency_is_opt_in():
     ctx = _ctx(9)
-    assert ctx.optional("concurrency") is None
+    assert ctx.optional(CONCURRENCY) is None
     assert "--concurrency N" in ctx.statuses()[0].reason and ctx.requests_sent == 0
 
 
 def test_concurrency_with_the_simulator_queueing_profile():
     with SimServer(get_profile("queueing")) as sim:
         ctx = Context(Target(sim.base_url), Options(concurrency=3))
-        result = ctx.get("concurrency")
+        result = ctx.get(CONCURRENCY)
         sent = [t for t in ctx.client.history if t.path.endswith("/chat/completions")]
         assert sim.generation_requests == len(sent)  # the baseline's requests, then 2 + 3 of ours
     assert result.slowdown is not None and result.slowdown > 1.5
@@ -138,7 +139,7 @@ def test_client_limits_reads_this_machine_and_counts_sockets():
     clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
     accepted = [listener.accept()[0] for _ in range(3)]
     try:
-        result = Context(Target(f"http://127.0.0.1:{port}/v1"), Options()).get("client_limits")
+        result = Context(Target(f"http://127.0.0.1:{port}/v1"), Options()).get(CLIENT_LIMITS)
     finally:
         for s in clients + accepted + [listener]:
             s.close()

@@ -24,6 +24,7 @@ from llmdoctor.diagnosis.budget import BudgetError, parse_budget
 from llmdoctor.diagnosis.evidence import FOLLOWUPS
 from llmdoctor.diagnosis.scoring import DECISIVE, REFUTE, STRONG, WEAK, expected_bits, status, update
 from llmdoctor.doctor import diagnose
+from llmdoctor.probes.catalog import BASELINE
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Options, Target
@@ -110,9 +111,9 @@ def all_probes_requests() -> int:
         diagnose(Target(base_url=server.base_url), Options(followup=False))
         total = server.requests_received
         ctx = Context(target=Target(base_url=server.base_url), options=Options())
-        ctx.get("baseline")
+        ctx.get(BASELINE)
         for f in FOLLOWUPS:
-            if f.probe in ("sweep", "transport"):  # the fixed checklist measures these already
+            if f.probe.name in ("sweep", "transport"):  # the fixed checklist measures these already
                 continue
             before = server.requests_received
             ctx.get(f.probe)

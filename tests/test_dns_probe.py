@@ -8,6 +8,7 @@ import pytest
 
 from llmdoctor.context import Context
 from llmdoctor.probes import dns as dnsprobe
+from llmdoctor.probes.catalog import DNS
 from llmdoctor.target import Options, Target
 from tests.dnsserver import DnsResponder
 
@@ -40,7 +41,7 @@ def loopback_system_lookup(monkeypatch):
 
 
 def _probe(url: str, **options) -> dnsprobe.DnsResult:
-    return Context(Target(url), Options(**options)).get("dns")
+    return Context(Target(url), Options(**options)).get(DNS)
 
 
 def test_ip_literal_skips_resolution():
@@ -125,5 +126,5 @@ def test_parsers():
 
 def test_bad_dns_server_option_is_unavailable_with_reason():
     ctx = Context(Target(f"http://{HOST}:80/v1"), Options(dns_server="not-an-ip"))
-    assert ctx.optional("dns") is None
+    assert ctx.optional(DNS) is None
     assert "bad --dns-server" in ctx.statuses()[0].reason

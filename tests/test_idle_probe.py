@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmdoctor.checks.ld304_after_idle import AfterIdlePenalty
 
 from llmdoctor.context import Context
+from llmdoctor.probes.catalog import IDLE
 from llmdoctor.runner import run_one
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
@@ -16,7 +17,7 @@ def test_unload_after_idle_is_measured_and_reported():
     with SimServer(profile) as sim:
         ctx = Context(Target(sim.base_url), Options(samples=3, idle_test_s=1.0))
         outcome = run_one(AfterIdlePenalty, ctx)
-        idle = ctx.get("idle")
+        idle = ctx.get(IDLE)
     assert idle.idle_s == 1.0 and idle.after_idle.ok
     assert idle.penalty_ms is not None and 350 <= idle.penalty_ms <= 600
     assert outcome.status == "failed" and outcome.findings[0].impact_ms == round(idle.penalty_ms, 1)

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from llmdoctor.plan import plan_requests
+from llmdoctor.plan import plan_probes, plan_requests
 from llmdoctor.registry import load_registry
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
@@ -20,8 +20,7 @@ def test_a_default_run_stays_inside_its_dry_run_plan(capsys: pytest.CaptureFixtu
         result = run_cli(capsys, "check", "-e", server.url, "--json")
         by_path = server.requests_by_path
         target = Target(base_url=server.base_url)
-    required = {probe for check in load_registry().checks for probe in check.requires}
-    planned = plan_requests(target, Options(), required)
+    planned = plan_requests(target, Options(), plan_probes(load_registry().checks, Options()))
     planned_paths = {urlsplit(u.strip()).path for r in planned for u in r.url.split(",")}
     bound = min(sum(r.count for r in planned), Options().max_requests)
     sent = result.report["requests"]["sent"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.probes import catalog
 from llmdoctor.request_files import RequestFileError, load_requests
 from llmdoctor.target import Options, Target
 from llmdoctor.textscan import clean, scan
@@ -90,7 +91,7 @@ def test_normalised_form_keeps_no_text() -> None:
 
 def test_probe_without_files_is_unavailable_with_reason() -> None:
     ctx = Context(target=None, options=Options())
-    assert ctx.optional("requests") is None
+    assert ctx.optional(catalog.REQUESTS) is None
     assert ctx.statuses()[0].reason == "no request given (use --request FILE)"
 
 
@@ -125,7 +126,7 @@ def test_thousand_logged_requests_lint_fast(tmp_path: Path) -> None:
     ctx = Context(target=None, options=Options(request_files=(str(path),), context_window=4096))
     outcomes = [run_one(c, ctx) for c in checks]
     elapsed = time.perf_counter() - started
-    assert len(ctx.get("requests").requests) == 1000
+    assert len(ctx.get(catalog.REQUESTS).requests) == 1000
     assert all(o.status != "crashed" for o in outcomes), [(o.check_id, o.reason) for o in outcomes]
     assert {o.check_id for o in outcomes if o.status == "failed"} >= {"LD103"}
     assert elapsed < 3.0, f"linting 1,000 requests took {elapsed:.2f} s"
@@ -152,7 +153,7 @@ def test_local_tokenizer_counts_with_chat_template(tiny_tokenizer: str, tmp_path
     assert expected > len(tok.encode("What is the capital of France?", add_special_tokens=False)) + 5
     path = write(tmp_path, "r.json", json.dumps({"messages": messages, "max_tokens": 16}))
     ctx = Context(target=None, options=Options(request_files=(path,), tokenizer=tiny_tokenizer, context_window=64))
-    counted = ctx.get("prompt_tokens")
+    counted = ctx.get(catalog.PROMPT_TOKENS)
     assert counted.method == "tokenizer" and counted.counts[0].tokens == expected
     assert "chat template" in counted.counts[0].method
     assert counted.window == 64 and counted.window_source == "--context-window"
@@ -167,7 +168,7 @@ def test_local_tokenizer_measures_odd_character_inflation(tiny_tokenizer: str) -
     ctx = Context(target=None, options=Options(request_files=(path,), tokenizer=tiny_tokenizer))
     outcome = run_one(OddCharacters, ctx)
     (finding,) = outcome.findings
-    inflation = ctx.get("prompt_tokens").counts[0].odd_tokens
+    inflation = ctx.get(catalog.PROMPT_TOKENS).counts[0].odd_tokens
     assert inflation is not None and inflation > 500
     assert f"{inflation:,} prompt tokens" in finding.message
 
@@ -175,7 +176,7 @@ def test_local_tokenizer_measures_odd_character_inflation(tiny_tokenizer: str) -
 def test_missing_tokenizer_falls_back_to_a_stated_estimate(tmp_path: Path) -> None:
     ctx = Context(target=None, options=Options(request_files=(str(REQUESTS / "clean-chat.json"),),
                                                tokenizer=str(tmp_path / "absent")))
-    counted = ctx.get("prompt_tokens")
+    counted = ctx.get(catalog.PROMPT_TOKENS)
     assert counted.method == "estimate"
     assert counted.notes and "offline" in counted.notes[0]
     c = counted.counts[0]
@@ -197,8 +198,8 @@ def test_server_tokenize_end_to_end(tmp_path: Path) -> None:
     with sim.SimServer(sim.get_profile("healthy")) as server:
         ctx = Context(Target(server.base_url), Options(request_files=(str(path),)))
         try:
-            counted = ctx.get("prompt_tokens")
-            server_counts = ctx.get("server_tokens")
+            counted = ctx.get(catalog.PROMPT_TOKENS)
+            server_counts = ctx.get(catalog.SERVER_TOKENS)
             sent = ctx.requests_sent
         finally:
             ctx.close()
@@ -218,7 +219,7 @@ def test_prefill_probe_measures_cost_per_prompt_token() -> None:
     with sim.SimServer(profile) as server:
         ctx = Context(Target(server.base_url), Options(samples=2, warmup=0))
         try:
-            result = ctx.get("prefill")
+            result = ctx.get(catalog.PREFILL)
         finally:
             ctx.close()
     assert result.tokens_source == "usage"

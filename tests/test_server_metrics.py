@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.probes.catalog import BASELINE, GPU_METRICS, SERVER_METRICS
 from llmdoctor.probes.gpu import parse_dcgm
 from llmdoctor.probes.metrics import (
     ServerMetrics,
@@ -184,7 +185,7 @@ def _ctx(url: str, **options: object) -> Context:
 def test_probe_scrapes_vllm_twice(serve) -> None:
     url, handler = serve({"/metrics": (200, PROM, text("vllm-v1-datadog.prom"))})
     ctx = _ctx(url)
-    result = ctx.get("server_metrics")
+    result = ctx.get(SERVER_METRICS)
     assert result.backend == "vllm" and result.after is not None
     assert handler.hits.count("/metrics") == 2
     assert result.delta is not None and result.delta.requests == 0 and not result.delta.counter_reset
@@ -193,7 +194,7 @@ def test_probe_scrapes_vllm_twice(serve) -> None:
 
 def test_probe_falls_back_to_ollama_ps(serve) -> None:
     url, handler = serve({"/api/ps": (200, JSON, text("ollama-ps-docs.json"))})
-    result = _ctx(url).get("server_metrics")
+    result = _ctx(url).get(SERVER_METRICS)
     assert result.backend == "ollama" and [x.name for x in result.latest.models] == ["mistral:latest"]
     assert result.latest.requests_waiting is None
 
@@ -204,14 +205,14 @@ def test_probe_reads_llamacpp_props_and_slots_without_metrics(serve) -> None:
         "/props": (200, JSON, text("llamacpp-props-readme.json")),
         "/slots": (200, JSON, text("llamacpp-slots-readme.json")),
     })
-    result = _ctx(url).get("server_metrics")
+    result = _ctx(url).get(SERVER_METRICS)
     assert result.backend == "llamacpp" and result.before.slots_total == 2 and result.before.requests_running == 2
 
 
 def test_probe_unavailable_with_reason(serve) -> None:
     url, _ = serve({})
     ctx = _ctx(url)
-    assert ctx.optional("server_metrics") is None
+    assert ctx.optional(SERVER_METRICS) is None
     (status,) = [s for s in ctx.statuses() if s.name == "server_metrics"]
     assert "no backend metrics" in status.reason and "--metrics-url" in status.reason
 
@@ -223,8 +224,8 @@ def test_metrics_url_on_another_port_and_dcgm(serve) -> None:
         "/metrics": (200, PROM, text("dcgm-t4-datadog.prom")),
     })
     ctx = _ctx(endpoint, metrics_url=exporter + "/vm", gpu_metrics_url=exporter + "/metrics")
-    assert ctx.get("server_metrics").backend == "sglang"
-    snap = ctx.get("gpu_metrics")
+    assert ctx.get(SERVER_METRICS).backend == "sglang"
+    snap = ctx.get(GPU_METRICS)
     assert snap.source == "dcgm" and snap.gpus[0].name == "Tesla T4"
     # Other origins are read directly (without the endpoint's credentials), twice around the baseline.
     assert hits.hits == ["/vm", "/vm", "/metrics"]
@@ -237,8 +238,8 @@ def test_probe_against_the_simulator_sees_our_requests() -> None:
 
     with sim_mod.SimServer(get_profile("healthy")) as sim:
         ctx = Context(target=Target(base_url=sim.base_url), options=Options(samples=3, max_requests=30))
-        result = ctx.get("server_metrics")
-        base = ctx.peek("baseline")
+        result = ctx.get(SERVER_METRICS)
+        base = ctx.get(BASELINE)
     assert base is not None and result.backend == "vllm"
     d = result.delta
     assert d is not None and d.our_requests == len(base.samples) + len(base.warmup)

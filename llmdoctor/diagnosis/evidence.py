@@ -4,19 +4,50 @@
 baseline, GET /v1/models, a metrics scrape); `FOLLOWUPS` lists the follow-up tests with their
 cost, the hypotheses they separate and how their outcome is read. Each rule yields
 ``(hypothesis, likelihood ratio, text)``; ratios come from `llmdoctor.diagnosis.scoring`.
+A test's request cost is its probe's declared plan (`Probe.max_requests`), so the budget
+the planner keeps is an upper bound of what the follow-ups send.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.probes.catalog import (
+    BASELINE,
+    CONCURRENCY,
+    DISCOVERY,
+    FIRST_REQUEST,
+    FOLLOWUP_CONCURRENCY,
+    FOLLOWUP_IDLE,
+    IDLE,
+    LONE_REQUEST,
+    PREFILL,
+    REPEAT_PROMPT,
+    SERVER_METRICS,
+    SWEEP,
+    TRANSPORT,
+)
+from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.probes.followup import DEFAULT_IDLE_S
 
-__all__ = ["Facts", "Seen", "FollowUp", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
+    from llmdoctor.probes.baseline import SweepResult
+    from llmdoctor.probes.client_limits import ConcurrencyResult
+    from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
+    from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.prefill import PrefillResult
+    from llmdoctor.probes.timing import RequestTiming
+    from llmdoctor.probes.transport import TransportResult
+    from llmdoctor.target import Options
+
+__all__ = ["Facts", "Seen", "FollowUp", "FollowUpTest", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
+
+T = TypeVar("T")
 
 #: (hypothesis, likelihood ratio, what was seen)
 Seen = tuple[str, float, str]
@@ -56,21 +87,21 @@ class Facts:
     typical_output_tokens: int = 64
 
 
-def _decode_per_token(timings: list[Any]) -> float | None:
+def _decode_per_token(timings: list[RequestTiming]) -> float | None:
     rates = [(t.token_times_ms[-1] - t.token_times_ms[0]) / (len(t.token_times_ms) - 1)
              for t in timings if t.ok and len(t.token_times_ms) >= 2]
     return statistics.median(rates) if rates else None
 
 
-def facts_from(ctx: Any) -> Facts:
-    """Numbers of the first pass; `ctx.get("baseline")` must have succeeded."""
-    base = ctx.get("baseline")
-    first = ctx.optional("first_request")
-    info = ctx.optional("discovery")
-    metrics = ctx.peek("server_metrics")
+def facts_from(ctx: Context) -> Facts:
+    """Numbers of the first pass; ``ctx.get(BASELINE)`` must have succeeded."""
+    base = ctx.get(BASELINE)
+    first = ctx.optional(FIRST_REQUEST)
+    info = ctx.optional(DISCOVERY)
+    metrics = ctx.optional(SERVER_METRICS)
     ok = base.ok_samples
     later = [t for t in base.warmup[1:] + base.samples if t.ok]
-    models = getattr(info, "models_timing", None)
+    models = info.models_timing if info is not None else None
     return Facts(
         warm_ttft_ms=base.ttft_p50_ms or base.total_p50_ms or 0.0,
         warm_total_ms=base.total_p50_ms or 0.0,
@@ -154,7 +185,7 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
 
 # -- the follow-up tests ----------------------------------------------------------------------------
 
-def _sweep(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _sweep(r: SweepResult, f: Facts) -> tuple[list[Seen], Impacts]:
     fit = r.separable_fit
     if fit is None:
         return [], {}
@@ -174,7 +205,7 @@ def _sweep(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return out, impacts
 
 
-def _prefill(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     diff = r.long_ttft_ms - r.short_ttft_ms
     seen = (f"{r.short_tokens} → {r.long_tokens} prompt tokens: first token {r.short_ttft_ms:,.0f} → "
             f"{r.long_ttft_ms:,.0f} ms ({r.per_token_ms:.2f} ms per prompt token)")
@@ -191,7 +222,7 @@ def _prefill(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
                                   f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
 
 
-def _concurrency(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
     single = r.single_p50_ms
     if not single or not r.parallel_ms:
         return [], {}
@@ -213,7 +244,7 @@ def _concurrency(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return [], {}
 
 
-def _idle(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
     penalty = r.penalty_ms
     if penalty is None:
         return [], {}
@@ -226,7 +257,7 @@ def _idle(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return [], {}
 
 
-def _lone(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
     out: list[Seen] = []
     impacts: Impacts = {}
     client = r.client_ttft_ms
@@ -252,7 +283,7 @@ def _lone(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return out, impacts
 
 
-def _repeat(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _repeat(r: RepeatPromptResult, f: Facts) -> tuple[list[Seen], Impacts]:
     first = r.first.ttft_ms or 0.0
     extra = first - f.warm_ttft_ms
     per = extra / r.prompt_tokens if r.prompt_tokens else 0.0
@@ -271,7 +302,7 @@ def _repeat(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return out, {"prefix_cache_miss": (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
 
 
-def _transport(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
+def _transport(r: TransportResult, f: Facts) -> tuple[list[Seen], Impacts]:
     out: list[Seen] = []
     impacts: Impacts = {}
     rtt = r.rtt_ms
@@ -294,32 +325,76 @@ def _transport(r: Any, f: Facts) -> tuple[list[Seen], Impacts]:
     return out, impacts
 
 
+#: A test's reading of its probe's result: what it says about the hypotheses, and their impacts.
+Reading = tuple[list[Seen], Impacts]
+
+
+def _no_needs(ctx: Context) -> str | None:
+    return None
+
+
+class FollowUpTest(Protocol):
+    """What the planner knows of a follow-up test, whatever its probe's result type."""
+
+    @property
+    def probe(self) -> AnyProbe: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def separates(self) -> Mapping[str, tuple[float, float]]: ...
+
+    def sources(self) -> tuple[AnyProbe, ...]:
+        """Its probe, then the checklist probes whose result serves as well."""
+
+    def cost(self, facts: Facts, options: Options) -> tuple[int, float]:
+        """(requests at most, seconds estimated) of running it."""
+
+    def unmet(self, ctx: Context) -> str | None:
+        """Why it cannot run here (None: it can)."""
+
+    def outcome(self, ctx: Context, facts: Facts, source: AnyProbe | None = None) -> Reading:
+        """Measure (or read, from `source`) its probe and read the result; `ProbeUnavailable` when none."""
+
+
 @dataclass(frozen=True)
-class FollowUp:
+class FollowUp(Generic[T]):
     """A test the planner can order: its probe, the hypotheses it separates, its cost and its reading.
 
     `separates` maps a hypothesis to (sensitivity, false-positive rate) of a positive outcome.
-    `cost` gives (requests, seconds) from the first pass. `also` names existing probes whose
-    result serves as well (measured by an opt-in such as ``--concurrency``).
+    Its cost is the probe's declared request plan and `seconds` from the first pass. `also`
+    names checklist probes whose result serves as well (measured by an opt-in such as
+    ``--concurrency``).
     """
 
-    probe: str
+    probe: Probe[T]
     title: str
     separates: dict[str, tuple[float, float]]
-    cost: Callable[[Facts, Any], tuple[int, float]]
-    read: Callable[[Any, Facts], tuple[list[Seen], Impacts]]
-    also: tuple[str, ...] = ()
-    needs: Callable[[Any], str | None] = lambda ctx: None
+    seconds: Callable[[Facts, Options], float]
+    read: Callable[[T, Facts], Reading]
+    also: tuple[Probe[T], ...] = ()
+    needs: Callable[[Context], str | None] = _no_needs
+
+    def sources(self) -> tuple[AnyProbe, ...]:
+        return (self.probe, *self.also)
+
+    def cost(self, facts: Facts, options: Options) -> tuple[int, float]:
+        return self.probe.max_requests(options), self.seconds(facts, options)
+
+    def unmet(self, ctx: Context) -> str | None:
+        return self.needs(ctx)
+
+    def outcome(self, ctx: Context, facts: Facts, source: AnyProbe | None = None) -> Reading:
+        probe = next((p for p in (self.probe, *self.also) if p is source), self.probe)
+        return self.read(ctx.get(probe), facts)
 
 
-def _sweep_cost(f: Facts, options: Any) -> tuple[int, float]:
+def _sweep_seconds(f: Facts, options: Options) -> float:
     per = f.decode_ms or 0.0
-    seconds = options.sweep_repeats * sum(f.warm_ttft_ms + n * per for n in options.sweep_max_tokens) / 1000
-    return len(options.sweep_max_tokens) * options.sweep_repeats, seconds
+    return options.sweep_repeats * sum(f.warm_ttft_ms + n * per for n in options.sweep_max_tokens) / 1000
 
 
-def _needs_metrics(ctx: Any) -> str | None:
-    m = ctx.peek("server_metrics")
+def _needs_metrics(ctx: Context) -> str | None:
+    m = ctx.optional(SERVER_METRICS)
     if m is None:
         return "no backend metrics"
     if m.before.ttft is None and m.before.queue_time is None:
@@ -327,24 +402,26 @@ def _needs_metrics(ctx: Any) -> str | None:
     return None
 
 
-FOLLOWUPS: tuple[FollowUp, ...] = (
-    FollowUp("sweep", "output-length sweep (decode vs floor)",
-             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3)}, _sweep_cost, _sweep),
-    FollowUp("transport", "fresh vs reused connections, round trip (raw TCP)",
-             {"slow_network": (0.95, 0.05), "no_keepalive": (0.95, 0.05)}, lambda f, o: (0, 1.0), _transport),
-    FollowUp("prefill", "prompt-length sweep (prefill vs fixed cost)",
+# Built without a type context, so each test keeps its probe's result type.
+_TESTS = (
+    FollowUp(SWEEP, "output-length sweep (decode vs floor)",
+             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3)}, _sweep_seconds, _sweep),
+    FollowUp(TRANSPORT, "fresh vs reused connections, round trip (raw TCP)",
+             {"slow_network": (0.95, 0.05), "no_keepalive": (0.95, 0.05)}, lambda f, o: 1.0, _transport),
+    FollowUp(PREFILL, "prompt-length sweep (prefill vs fixed cost)",
              {"long_prefill": (0.95, 0.05), "server_floor": (0.7, 0.3)},
-             lambda f, o: (2, 2 * f.warm_ttft_ms / 1000 + 0.5), _prefill),
-    FollowUp("lone_request", "metrics deltas around a lone request (server queue vs work)",
+             lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _prefill),
+    FollowUp(LONE_REQUEST, "metrics deltas around a lone request (server queue vs work)",
              {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3)},
-             lambda f, o: (3, f.warm_total_ms / 1000 + 0.1), _lone, needs=_needs_metrics),
-    FollowUp("followup_concurrency", "concurrency step: 1 vs 2 at once (queueing vs compute)",
+             lambda f, o: f.warm_total_ms / 1000 + 0.1, _lone, needs=_needs_metrics),
+    FollowUp(FOLLOWUP_CONCURRENCY, "concurrency step: 1 vs 2 at once (queueing vs compute)",
              {"queueing": (0.95, 0.05), "server_floor": (0.7, 0.3)},
-             lambda f, o: (4, 4 * f.warm_total_ms / 1000), _concurrency, also=("concurrency",)),
-    FollowUp("repeat_prompt", "repeated identical long prompt (prefix-cache effect)",
+             lambda f, o: 4 * f.warm_total_ms / 1000, _concurrency, also=(CONCURRENCY,)),
+    FollowUp(REPEAT_PROMPT, "repeated identical long prompt (prefix-cache effect)",
              {"prefix_cache_miss": (0.8, 0.2), "long_prefill": (0.7, 0.3)},
-             lambda f, o: (2, 2 * f.warm_ttft_ms / 1000 + 0.5), _repeat),
-    FollowUp("followup_idle", "idle test (scale-to-zero / keep-alive unload)",
+             lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _repeat),
+    FollowUp(FOLLOWUP_IDLE, "idle test (scale-to-zero / keep-alive unload)",
              {"cold_start": (0.8, 0.2)},
-             lambda f, o: (1, (o.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000), _idle, also=("idle",)),
+             lambda f, o: (o.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000, _idle, also=(IDLE,)),
 )
+FOLLOWUPS: tuple[FollowUpTest, ...] = _TESTS

@@ -5,7 +5,8 @@
 2. Loop: among the follow-ups in `evidence.FOLLOWUPS` not yet run and applicable here, keep
    those worth at least `MIN_BITS` of expected information that fit the remaining budget
    (``--budget requests=N,seconds=S``, and the run's ``--max-requests``); order the one with
-   the most bits per unit of cost (a probe the checklist already measured costs nothing);
+   the most bits per unit of cost (a probe the run's checklist measures costs nothing: the
+   diagnosis runs after every other probe of the schedule);
    read its outcome; update. Stop when a cause is confirmed, when nothing informative fits
    the budget, or when no test is left that could change the picture.
 3. The fixed-overhead hypothesis is a diagnosis of exclusion: it is confirmed only once the
@@ -17,12 +18,17 @@ declared ones, so replaying the recorded measurements gives the same diagnosis.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, FollowUp, Seen, facts_from, first_pass, symptom
+from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, FollowUpTest, Seen, facts_from, first_pass, symptom
 from llmdoctor.diagnosis.hypotheses import BY_ID, HYPOTHESES
 from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, Observation, Step, Update
 from llmdoctor.diagnosis.scoring import CONFIRM, MIN_BITS, cost_units, expected_bits, status, update
+from llmdoctor.probes.catalog import BASELINE, DIAGNOSIS, SERVER_METRICS
+from llmdoctor.probes.contract import AnyProbe
+
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
 
 __all__ = ["diagnose_followups", "EXCLUSION_RIVALS"]
 
@@ -63,7 +69,7 @@ def _apply(d: Diagnosis, seen: list[Seen], source: str, impacts: dict[str, tuple
     return updates
 
 
-def _bits(d: Diagnosis, f: FollowUp) -> float:
+def _bits(d: Diagnosis, f: FollowUpTest) -> float:
     total = 0.0
     for hyp, (sens, fpr) in f.separates.items():
         h = d.get(hyp)
@@ -72,15 +78,15 @@ def _bits(d: Diagnosis, f: FollowUp) -> float:
     return total
 
 
-def _measured(ctx: Any, f: FollowUp) -> str | None:
-    """Name of a probe already measured that answers `f` (free), else None."""
-    for name in (f.probe, *f.also):
-        if ctx.peek(name) is not None:
-            return name
+def _measured(ctx: Context, f: FollowUpTest) -> AnyProbe | None:
+    """A probe of the run's schedule that answers `f` (so it is free), else None."""
+    for probe in f.sources():
+        if ctx.scheduled(probe) and ctx.optional(probe) is not None:
+            return probe
     return None
 
 
-def _budget_left(ctx: Any) -> int | None:
+def _budget_left(ctx: Context) -> int | None:
     if ctx.recorded is not None or ctx.target is None:
         return None
     try:
@@ -89,21 +95,22 @@ def _budget_left(ctx: Any) -> int | None:
         return None
 
 
-def _reason(d: Diagnosis, f: FollowUp) -> str:
-    parts = [f"{BY_ID[h].title} {d.get(h).probability:.0%}" for h in f.separates
-             if d.get(h) is not None and d.get(h).status == "open"]
+def _reason(d: Diagnosis, f: FollowUpTest) -> str:
+    states = [(h, d.get(h)) for h in f.separates]
+    parts = [f"{BY_ID[h].title} {s.probability:.0%}" for h, s in states if s is not None and s.status == "open"]
     return "separates " + ", ".join(parts)
 
 
-def diagnose_followups(ctx: Any) -> Diagnosis:
+def diagnose_followups(ctx: Context) -> Diagnosis:
     """The ``diagnosis`` probe: first pass, then follow-up tests within the budget."""
     from llmdoctor.context import ProbeUnavailable
 
     options = ctx.options
-    if not options.followup:
-        raise ProbeUnavailable("follow-up tests off (--no-followup)")
-    ctx.get("baseline")  # nothing to diagnose without a working request (raises with the reason)
-    ctx.optional("server_metrics")
+    off = DIAGNOSIS.off_reason(options)
+    if off:
+        raise ProbeUnavailable(off)
+    ctx.get(BASELINE)  # nothing to diagnose without a working request (raises with the reason)
+    ctx.optional(SERVER_METRICS)
     facts: Facts = facts_from(ctx)
     d = Diagnosis(symptom=symptom(facts), budget_requests=options.followup_requests,
                   budget_s=options.followup_seconds)
@@ -120,13 +127,13 @@ def diagnose_followups(ctx: Any) -> Diagnosis:
         global_left = _budget_left(ctx)
         worth, fitting = [], []
         for order, f in enumerate(FOLLOWUPS):
-            if f.probe in done:
+            if f.probe.name in done:
                 continue
             bits = _bits(d, f)
             if bits < MIN_BITS:
                 continue
             free = _measured(ctx, f)
-            why_not = None if free else f.needs(ctx)
+            why_not = None if free else f.unmet(ctx)
             if why_not:
                 continue
             requests, seconds = (0, 0.0) if free else f.cost(facts, options)
@@ -147,20 +154,19 @@ def diagnose_followups(ctx: Any) -> Diagnosis:
                              f"{d.spent_s:.1f}/{d.budget_s:g} s) with tests left to order")
             break
         _, _, _, f, free, requests, seconds, bits = min(fitting, key=lambda t: t[:3])
-        done.add(f.probe)
-        step = Step(f.probe, f.title, _reason(d, f), requests, round(seconds, 2), round(bits, 3))
+        done.add(f.probe.name)
+        step = Step(f.probe.name, f.title, _reason(d, f), requests, round(seconds, 2), round(bits, 3))
         if free:
             step.title += " (already measured by the checklist)"
         try:
-            result = ctx.get(free or f.probe)
+            seen, impacts = f.outcome(ctx, facts, free)
         except ProbeUnavailable as exc:
             step.ran, step.result = False, f"could not run: {exc.reason}"
             d.steps.append(step)
             continue
         d.spent_requests += requests
         d.spent_s = round(d.spent_s + seconds, 2)
-        seen, impacts = f.read(result, facts)
-        step.updates = _apply(d, seen, f.probe, impacts)
+        step.updates = _apply(d, seen, f.probe.name, impacts)
         step.result = "; ".join(dict.fromkeys(u.text for u in step.updates)) or "no clear outcome"
         d.steps.append(step)
     for h in d.hypotheses:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY, FIRST_REQUEST
 from llmdoctor.probes.discovery import EndpointInfo
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.stats import LinearFit, fit_line, percentile
@@ -52,7 +53,7 @@ def describe_failure(timing: RequestTiming) -> str:
 
 
 def _model(ctx: Context) -> EndpointInfo:
-    info: EndpointInfo = ctx.get("discovery")
+    info = ctx.get(DISCOVERY)
     if not info.reachable:
         raise ProbeUnavailable(f"endpoint not reachable: {describe_failure(info.models_timing)}")
     if info.models_timing.status in (401, 403):
@@ -115,7 +116,7 @@ class BaselineResult:
 
 def baseline(ctx: Context) -> BaselineResult:
     """Warm up, then send `options.samples` minimal requests."""
-    first: RequestTiming = ctx.get("first_request")
+    first = ctx.get(FIRST_REQUEST)
     if not first.ok:
         raise ProbeUnavailable(f"the first generation request failed: {describe_failure(first)}")
     info = _model(ctx)
@@ -184,7 +185,7 @@ def _force_length(extra: dict[str, object], max_tokens: int) -> None:
 
 def sweep(ctx: Context) -> SweepResult:
     """Vary max_tokens (interleaved repeats, so drift hits every length alike) and fit a line."""
-    base: BaselineResult = ctx.get("baseline")
+    base = ctx.get(BASELINE)
     result = SweepResult()
     for _ in range(ctx.options.sweep_repeats):
         for max_tokens in ctx.options.sweep_max_tokens:

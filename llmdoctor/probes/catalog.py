@@ -1,218 +1,283 @@
-"""The probe catalog: every measurement a check can ask the context for.
+"""The probe catalog: every measurement a check can read, each declared once.
 
-Each entry names its function and result type as ``module:attr`` strings,
-resolved on first use, so importing the catalog (and ``llmdoctor --help``)
-stays cheap. A probe takes the `Context` and returns a serialisable
-dataclass, or raises `ProbeUnavailable` with a reason.
+Each handle below is a `Probe` (see `llmdoctor.probes.contract`): its function and
+result type as ``module:attr`` strings resolved on first use (importing the catalog
+imports no probe module), what it reads, its request plan and what switches it off.
+A probe takes the `Context` and returns a serialisable dataclass, or raises
+`ProbeUnavailable` with a reason.
 
-``local`` probes read only this machine (files, the OS, NVML), never the
-endpoint: fixture cases run them even when replaying recorded measurements
-(``Context.replay_local``); ``llmdoctor replay`` does not, since the recording
-came from another machine or time.
+``local`` probes read only this machine (files, the OS, NVML), never the endpoint:
+fixture cases run them even when replaying recorded measurements
+(``Context.replay_local``); ``llmdoctor replay`` does not, since the recording came
+from another machine or time.
+
+`ORDER` is the canonical order a run measures in (derived probes last): the order the
+full checklist has always measured in, with the metrics scrape before the baseline it
+brackets and the first generation request before any other.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-__all__ = ["PROBES", "ProbeSpec"]
+from llmdoctor.probes.contract import AnyProbe, Endpoint, PlannedRequest, Probe, request
 
+if TYPE_CHECKING:
+    from llmdoctor.diagnosis.model import Diagnosis
+    from llmdoctor.logscan import LogScan
+    from llmdoctor.probes.baseline import BaselineResult, SweepResult
+    from llmdoctor.probes.client_limits import ClientLimits, ConcurrencyResult
+    from llmdoctor.probes.discovery import EndpointInfo
+    from llmdoctor.probes.dns import DnsResult
+    from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
+    from llmdoctor.probes.gpu import GpuSnapshot
+    from llmdoctor.probes.host import HostResult
+    from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.probes.prefill import PrefillResult
+    from llmdoctor.probes.reference import Reference
+    from llmdoctor.probes.requests import RequestSet
+    from llmdoctor.probes.timing import RequestTiming
+    from llmdoctor.probes.tokens import ContextWindow, PromptTokens, ServerTokens
+    from llmdoctor.probes.transport import TransportResult
+    from llmdoctor.target import Options
 
-@dataclass(frozen=True)
-class ProbeSpec:
-    """A probe: ``module:function`` that measures and ``module:Class`` it returns.
+__all__ = [
+    "BASELINE", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
+    "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
+    "LOGS", "LONE_REQUEST", "ORDER", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
+    "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
+]
 
-    Both are resolved lazily so importing the catalog stays cheap.
-    """
-
-    name: str
-    function: str
-    result_type: str
-    description: str
-    local: bool = False
-    #: Computed from other probes' results only: replay recomputes it from the recorded ones.
-    derived: bool = False
-
-    def resolve_function(self) -> Callable[[Any], Any]:
-        """Import and return the probe function."""
-        return _import(self.function)
-
-    def resolve_type(self) -> type:
-        """Import and return the result dataclass."""
-        return _import(self.result_type)
-
-
-def _import(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-# The probe catalog. Order is irrelevant: probes run when a check first needs them.
-PROBES: dict[str, ProbeSpec] = {
-    spec.name: spec
-    for spec in (
-        ProbeSpec(
-            "discovery",
-            "llmdoctor.probes.discovery:discover",
-            "llmdoctor.probes.discovery:EndpointInfo",
-            "GET /v1/models: is the endpoint reachable, which models it serves",
-        ),
-        ProbeSpec(
-            "first_request",
-            "llmdoctor.probes.baseline:first_request",
-            "llmdoctor.probes.timing:RequestTiming",
-            'the very first generation request ("Say ok.", streamed)',
-        ),
-        ProbeSpec(
-            "baseline",
-            "llmdoctor.probes.baseline:baseline",
-            "llmdoctor.probes.baseline:BaselineResult",
-            'warm-up, then repeated minimal "Say ok." requests',
-        ),
-        ProbeSpec(
-            "sweep",
-            "llmdoctor.probes.baseline:sweep",
-            "llmdoctor.probes.baseline:SweepResult",
-            "requests of growing max_tokens for the flat-latency fit",
-        ),
-        ProbeSpec(
-            "dns",
-            "llmdoctor.probes.dns:resolve",
-            "llmdoctor.probes.dns:DnsResult",
-            "name resolution time of the endpoint host",
-        ),
-        ProbeSpec(
-            "server_metrics",
-            "llmdoctor.probes.metrics:server_metrics",
-            "llmdoctor.probes.metrics:ServerMetricsResult",
-            "backend metrics (/metrics, Ollama /api/ps, llama.cpp /slots) before and after the baseline",
-        ),
-        ProbeSpec(
-            "gpu_metrics",
-            "llmdoctor.probes.gpu:gpu_metrics",
-            "llmdoctor.probes.gpu:GpuSnapshot",
-            "GPU state from the serving host's DCGM exporter (--gpu-metrics-url)",
-        ),
-        ProbeSpec(
-            "gpu",
-            "llmdoctor.probes.gpu:gpu",
-            "llmdoctor.probes.gpu:GpuSnapshot",
-            "GPU utilisation, memory, throttling of this machine via NVML",
-            local=True,
-        ),
-        ProbeSpec(
-            "host",
-            "llmdoctor.probes.host:host",
-            "llmdoctor.probes.host:HostResult",
-            "CPU, RAM, swap of this machine and the inference-server process",
-            local=True,
-        ),
-        ProbeSpec(
-            "requests",
-            "llmdoctor.probes.requests:read_requests",
-            "llmdoctor.probes.requests:RequestSet",
-            "the application's request bodies from --request files",
-            local=True,
-        ),
-        ProbeSpec(
-            "server_tokens",
-            "llmdoctor.probes.tokens:server_tokens",
-            "llmdoctor.probes.tokens:ServerTokens",
-            "prompt tokens of a few of the requests from the server's own /tokenize",
-        ),
-        ProbeSpec(
-            "context_window",
-            "llmdoctor.probes.tokens:context_window",
-            "llmdoctor.probes.tokens:ContextWindow",
-            "the model's context window (/v1/models max_model_len, llama.cpp /props n_ctx)",
-        ),
-        ProbeSpec(
-            "prompt_tokens",
-            "llmdoctor.probes.tokens:prompt_tokens",
-            "llmdoctor.probes.tokens:PromptTokens",
-            "prompt tokens of every request (server tokenizer, local tokenizer or estimate)",
-            local=True,
-        ),
-        ProbeSpec(
-            "prefill",
-            "llmdoctor.probes.prefill:prefill",
-            "llmdoctor.probes.prefill:PrefillResult",
-            "a short and a long prompt: prefill cost per prompt token",
-        ),
-        ProbeSpec(
-            "transport",
-            "llmdoctor.probes.transport:probe",
-            "llmdoctor.probes.transport:TransportResult",
-            "TCP round trip, TLS handshake, keep-alive, HTTP/2 and proxies towards the endpoint",
-        ),
-        ProbeSpec(
-            "client_limits",
-            "llmdoctor.probes.client_limits:client_limits",
-            "llmdoctor.probes.client_limits:ClientLimits",
-            "this machine's open-file limit, ephemeral ports and sockets to the endpoint",
-            local=True,
-        ),
-        ProbeSpec(
-            "concurrency",
-            "llmdoctor.probes.client_limits:concurrency",
-            "llmdoctor.probes.client_limits:ConcurrencyResult",
-            "latency at 1 vs N parallel requests (opt-in: --concurrency N)",
-        ),
-        ProbeSpec(
-            "idle",
-            "llmdoctor.probes.idle:idle_test",
-            "llmdoctor.probes.idle:IdleResult",
-            "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
-        ),
-        ProbeSpec(
-            "logs",
-            "llmdoctor.probes.logs:scan_logs",
-            "llmdoctor.logscan:LogScan",
-            "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
-            local=True,
-        ),
-        ProbeSpec(
-            "followup_concurrency",
-            "llmdoctor.probes.followup:followup_concurrency",
-            "llmdoctor.probes.client_limits:ConcurrencyResult",
-            "follow-up: latency of 2 requests alone, then 2 at once (ordered by the diagnosis)",
-        ),
-        ProbeSpec(
-            "followup_idle",
-            "llmdoctor.probes.followup:followup_idle",
-            "llmdoctor.probes.idle:IdleResult",
-            "follow-up: one request after a short idle wait (ordered by the diagnosis)",
-        ),
-        ProbeSpec(
-            "lone_request",
-            "llmdoctor.probes.followup:lone_request",
-            "llmdoctor.probes.followup:LoneRequestResult",
-            "follow-up: backend metrics scraped around one lone request (ordered by the diagnosis)",
-        ),
-        ProbeSpec(
-            "repeat_prompt",
-            "llmdoctor.probes.followup:repeat_prompt",
-            "llmdoctor.probes.followup:RepeatPromptResult",
-            "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
-        ),
-        ProbeSpec(
-            "diagnosis",
-            "llmdoctor.diagnosis.planner:diagnose_followups",
-            "llmdoctor.diagnosis.model:Diagnosis",
-            "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
-            derived=True,
-        ),
-        ProbeSpec(
-            "reference",
-            "llmdoctor.probes.reference:reference",
-            "llmdoctor.probes.reference:Reference",
-            "the baseline file to compare with (--compare FILE, saved by --save-baseline)",
-            local=True,
-        ),
-    )
-}
+CHAT_BODY = '{"model", "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 8, "stream": true}'
+SWEEP_BODY = '{"model", "messages": [count from 1 to 1000], "max_tokens": N, "stream": true, "ignore_eos": true}'
 
 
+# -- request plans (upper bounds; the run may send fewer) ----------------------------------------
+def _discovery_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    fallback = [] if e.base_is_v1 else [request("GET", f"{e.origin}/v1/models", "-", 1,
+                                                "only when the base path answers 404")]
+    return [request("GET", f"{e.base}/models", "-", 1), *fallback]
+
+
+def _first_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, 1)]
+
+
+def _baseline_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, max(0, o.warmup - 1) + o.samples,
+                    "stops at the first 401/403/404/429/503")]
+
+
+def _sweep_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, SWEEP_BODY, 2 * o.sweep_repeats * len(o.sweep_max_tokens),
+                    f"max_tokens in {list(o.sweep_max_tokens)} × {o.sweep_repeats}; "
+                    "each resent without ignore_eos if the server rejects it")]
+
+
+def _server_metrics_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("GET", o.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the baseline"),
+            request("GET", f"{e.root}/api/ps", "-", 2, "only if no /metrics"),
+            request("GET", f"{e.root}/props, {e.root}/slots", "-", 2, "only if neither answers")]
+
+
+def _gpu_metrics_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("GET", o.gpu_metrics_url, "-", 1)] if o.gpu_metrics_url else []
+
+
+def _context_window_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("GET", f"{e.root}/props", "-", 1, "only if /v1/models gives no context length")]
+
+
+def _server_tokens_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    from llmdoctor.probes.tokens import SAMPLE
+
+    # Finding the API: /tokenize, then llama.cpp's /apply-template + /tokenize, then TGI's (4);
+    # each further sampled body: at most /apply-template + /tokenize (2).
+    return [request("POST", f"{e.root}/tokenize", '{"prompt" or "messages"}', 4 + 2 * (SAMPLE - 1),
+                    "a few of the --request bodies")]
+
+
+def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2)]
+
+
+def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.idle_test_s:g} s idle")]
+
+
+def _concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    from llmdoctor.probes.client_limits import SINGLE_REQUESTS
+
+    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.concurrency,
+                    f"{SINGLE_REQUESTS} alone, then {o.concurrency} in parallel")]
+
+
+def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    from llmdoctor.probes.client_limits import SINGLE_REQUESTS
+    from llmdoctor.probes.followup import CONCURRENCY_N
+
+    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + CONCURRENCY_N,
+                    f"{SINGLE_REQUESTS} alone, then {CONCURRENCY_N} at once")]
+
+
+def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    from llmdoctor.probes.followup import DEFAULT_IDLE_S
+
+    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.idle_test_s or DEFAULT_IDLE_S:g} s idle")]
+
+
+def _lone_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("GET", o.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the request"),
+            request("POST", e.chat, CHAT_BODY, 1)]
+
+
+def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, '{"messages": [the same long prompt], "max_tokens": 1, "stream": true}', 2)]
+
+
+def _diagnosis_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST/GET", f"{e.chat}, {e.root}/metrics", "follow-up tests", o.followup_requests,
+                    "the differential diagnosis orders only the tests that still tell its hypotheses apart "
+                    "(prompt-length pair, lone request, 2 at once, repeated prompt, 2 s idle), within --budget")]
+
+
+# -- what switches a probe off --------------------------------------------------------------------
+def _no_requests(o: Options) -> str | None:
+    return None if o.request_files else "no request given (use --request FILE)"
+
+
+def _no_logs(o: Options) -> str | None:
+    return None if o.logs or o.journal_unit else "no server log given (use --log FILE)"
+
+
+def _no_gpu_metrics_url(o: Options) -> str | None:
+    return None if o.gpu_metrics_url else \
+        "no --gpu-metrics-url given (a DCGM exporter, usually http://HOST:9400/metrics)"
+
+
+def _context_window_given(o: Options) -> str | None:
+    return f"given by --context-window {o.context_window}" if o.context_window else None
+
+
+def _no_concurrency(o: Options) -> str | None:
+    return None if o.concurrency > 0 else "concurrency probe is opt-in: --concurrency N"
+
+
+def _no_idle_test(o: Options) -> str | None:
+    return None if o.idle_test_s > 0 else "idle test is opt-in: --idle-test SECONDS"
+
+
+def _no_reference(o: Options) -> str | None:
+    return None if o.compare_file else "no baseline file given (--compare FILE)"
+
+
+def _no_followup(o: Options) -> str | None:
+    return None if o.followup else "follow-up tests off (--no-followup)"
+
+
+# -- the probes -----------------------------------------------------------------------------------
+DISCOVERY: Probe[EndpointInfo] = Probe(
+    "discovery", "llmdoctor.probes.discovery:discover", "llmdoctor.probes.discovery:EndpointInfo",
+    "GET /v1/models: is the endpoint reachable, which models it serves", plan=_discovery_plan)
+FIRST_REQUEST: Probe[RequestTiming] = Probe(
+    "first_request", "llmdoctor.probes.baseline:first_request", "llmdoctor.probes.timing:RequestTiming",
+    'the very first generation request ("Say ok.", streamed)', needs=(DISCOVERY,), plan=_first_request_plan)
+BASELINE: Probe[BaselineResult] = Probe(
+    "baseline", "llmdoctor.probes.baseline:baseline", "llmdoctor.probes.baseline:BaselineResult",
+    'warm-up, then repeated minimal "Say ok." requests', needs=(FIRST_REQUEST, DISCOVERY), plan=_baseline_plan)
+SWEEP: Probe[SweepResult] = Probe(
+    "sweep", "llmdoctor.probes.baseline:sweep", "llmdoctor.probes.baseline:SweepResult",
+    "requests of growing max_tokens for the flat-latency fit", needs=(BASELINE,), plan=_sweep_plan)
+DNS: Probe[DnsResult] = Probe(
+    "dns", "llmdoctor.probes.dns:resolve", "llmdoctor.probes.dns:DnsResult",
+    "name resolution time of the endpoint host")
+SERVER_METRICS: Probe[ServerMetricsResult] = Probe(
+    "server_metrics", "llmdoctor.probes.metrics:server_metrics", "llmdoctor.probes.metrics:ServerMetricsResult",
+    "backend metrics (/metrics, Ollama /api/ps, llama.cpp /slots) before and after the baseline",
+    optional=(DISCOVERY, BASELINE), plan=_server_metrics_plan)
+GPU_METRICS: Probe[GpuSnapshot] = Probe(
+    "gpu_metrics", "llmdoctor.probes.gpu:gpu_metrics", "llmdoctor.probes.gpu:GpuSnapshot",
+    "GPU state from the serving host's DCGM exporter (--gpu-metrics-url)",
+    plan=_gpu_metrics_plan, off=_no_gpu_metrics_url)
+GPU: Probe[GpuSnapshot] = Probe(
+    "gpu", "llmdoctor.probes.gpu:gpu", "llmdoctor.probes.gpu:GpuSnapshot",
+    "GPU utilisation, memory, throttling of this machine via NVML", local=True)
+HOST: Probe[HostResult] = Probe(
+    "host", "llmdoctor.probes.host:host", "llmdoctor.probes.host:HostResult",
+    "CPU, RAM, swap of this machine and the inference-server process", local=True)
+REQUESTS: Probe[RequestSet] = Probe(
+    "requests", "llmdoctor.probes.requests:read_requests", "llmdoctor.probes.requests:RequestSet",
+    "the application's request bodies from --request files", local=True, off=_no_requests)
+SERVER_TOKENS: Probe[ServerTokens] = Probe(
+    "server_tokens", "llmdoctor.probes.tokens:server_tokens", "llmdoctor.probes.tokens:ServerTokens",
+    "prompt tokens of a few of the requests from the server's own /tokenize",
+    needs=(REQUESTS,), optional=(DISCOVERY,), plan=_server_tokens_plan)
+CONTEXT_WINDOW: Probe[ContextWindow] = Probe(
+    "context_window", "llmdoctor.probes.tokens:context_window", "llmdoctor.probes.tokens:ContextWindow",
+    "the model's context window (/v1/models max_model_len, llama.cpp /props n_ctx)",
+    optional=(DISCOVERY,), plan=_context_window_plan, off=_context_window_given)
+PROMPT_TOKENS: Probe[PromptTokens] = Probe(
+    "prompt_tokens", "llmdoctor.probes.tokens:prompt_tokens", "llmdoctor.probes.tokens:PromptTokens",
+    "prompt tokens of every request (server tokenizer, local tokenizer or estimate)",
+    needs=(REQUESTS,), optional=(SERVER_TOKENS, CONTEXT_WINDOW), local=True)
+PREFILL: Probe[PrefillResult] = Probe(
+    "prefill", "llmdoctor.probes.prefill:prefill", "llmdoctor.probes.prefill:PrefillResult",
+    "a short and a long prompt: prefill cost per prompt token",
+    needs=(BASELINE,), optional=(DISCOVERY,), plan=_prefill_plan)
+TRANSPORT: Probe[TransportResult] = Probe(
+    "transport", "llmdoctor.probes.transport:probe", "llmdoctor.probes.transport:TransportResult",
+    "TCP round trip, TLS handshake, keep-alive, HTTP/2 and proxies towards the endpoint", optional=(BASELINE,))
+CLIENT_LIMITS: Probe[ClientLimits] = Probe(
+    "client_limits", "llmdoctor.probes.client_limits:client_limits", "llmdoctor.probes.client_limits:ClientLimits",
+    "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True)
+CONCURRENCY: Probe[ConcurrencyResult] = Probe(
+    "concurrency", "llmdoctor.probes.client_limits:concurrency", "llmdoctor.probes.client_limits:ConcurrencyResult",
+    "latency at 1 vs N parallel requests (opt-in: --concurrency N)",
+    optional=(BASELINE, DISCOVERY), plan=_concurrency_plan, off=_no_concurrency)
+IDLE: Probe[IdleResult] = Probe(
+    "idle", "llmdoctor.probes.idle:idle_test", "llmdoctor.probes.idle:IdleResult",
+    "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
+    needs=(BASELINE,), plan=_idle_plan, off=_no_idle_test)
+LOGS: Probe[LogScan] = Probe(
+    "logs", "llmdoctor.probes.logs:scan_logs", "llmdoctor.logscan:LogScan",
+    "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
+    local=True, off=_no_logs)
+REFERENCE: Probe[Reference] = Probe(
+    "reference", "llmdoctor.probes.reference:reference", "llmdoctor.probes.reference:Reference",
+    "the baseline file to compare with (--compare FILE, saved by --save-baseline)", local=True, off=_no_reference)
+FOLLOWUP_CONCURRENCY: Probe[ConcurrencyResult] = Probe(
+    "followup_concurrency", "llmdoctor.probes.followup:followup_concurrency",
+    "llmdoctor.probes.client_limits:ConcurrencyResult",
+    "follow-up: latency of 2 requests alone, then 2 at once (ordered by the diagnosis)",
+    optional=(BASELINE, DISCOVERY), plan=_followup_concurrency_plan)
+FOLLOWUP_IDLE: Probe[IdleResult] = Probe(
+    "followup_idle", "llmdoctor.probes.followup:followup_idle", "llmdoctor.probes.idle:IdleResult",
+    "follow-up: one request after a short idle wait (ordered by the diagnosis)",
+    needs=(BASELINE,), plan=_followup_idle_plan)
+LONE_REQUEST: Probe[LoneRequestResult] = Probe(
+    "lone_request", "llmdoctor.probes.followup:lone_request", "llmdoctor.probes.followup:LoneRequestResult",
+    "follow-up: backend metrics scraped around one lone request (ordered by the diagnosis)",
+    needs=(SERVER_METRICS, BASELINE), plan=_lone_request_plan)
+REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
+    "repeat_prompt", "llmdoctor.probes.followup:repeat_prompt", "llmdoctor.probes.followup:RepeatPromptResult",
+    "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
+    needs=(BASELINE,), plan=_repeat_prompt_plan)
+DIAGNOSIS: Probe[Diagnosis] = Probe(
+    "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
+    "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
+    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS),
+    orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
+            FOLLOWUP_IDLE, IDLE),
+    plan=_diagnosis_plan, off=_no_followup, derived=True)
+
+#: The canonical measuring order (see the module docstring).
+ORDER: tuple[AnyProbe, ...] = (
+    DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
+    SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PREFILL, SWEEP,
+    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
+)
+
+#: Every probe by name (for recordings, which name probes).
+PROBES: dict[str, AnyProbe] = {p.name: p for p in ORDER}

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmdoctor.probes.catalog import BASELINE, CONCURRENCY, DISCOVERY
+
 if TYPE_CHECKING:
     from llmdoctor.context import Context
 
@@ -144,15 +146,23 @@ class ConcurrencyResult:
 
 def concurrency(ctx: Context) -> ConcurrencyResult:
     """Latency at 1 vs N parallel requests; at most N in flight, within the request budget."""
+    from llmdoctor.context import ProbeUnavailable
+
+    off = CONCURRENCY.off_reason(ctx.options)
+    if off:
+        raise ProbeUnavailable(off)
+    return concurrency_step(ctx, ctx.options.concurrency)
+
+
+def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:
+    """`SINGLE_REQUESTS` requests alone, then `requested` at once (fewer if the budget is short)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
 
-    requested = ctx.options.concurrency
-    if requested <= 0:
-        raise ProbeUnavailable("concurrency probe is opt-in: --concurrency N")
-    model = getattr(ctx.optional("baseline"), "model", None) or getattr(ctx.get("discovery"), "model", None)
+    base = ctx.optional(BASELINE)
+    model = base.model if base is not None else ctx.get(DISCOVERY).model
     if model is None:
         raise ProbeUnavailable("no model to probe: pass --model")
     left = ctx.client.budget_left

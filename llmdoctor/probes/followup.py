@@ -8,24 +8,25 @@
 - ``repeat_prompt``: the same long prompt sent twice: a faster second answer means the server
   reuses the prompt's KV cache (prefix caching); its first send also prices prefill.
 
-Every request goes through the probe client (timed, budgeted, redacted). The first two reuse
-the existing probes' code through a view of the context whose options differ in one field.
+Every request goes through the probe client (timed, budgeted, redacted). The first two run
+the existing probes' code with the planner's settings (`concurrency_step`, `after_idle`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
     from llmdoctor.probes.client_limits import ConcurrencyResult
     from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.metrics import Histogram
 
 __all__ = [
     "CONCURRENCY_N",
@@ -47,30 +48,18 @@ DEFAULT_IDLE_S = 2.0
 REPEAT_WORDS = 400
 
 
-class _OptionsView:
-    """The context with other options: lets an existing probe run with the planner's settings."""
-
-    def __init__(self, ctx: Context, **changes: Any) -> None:
-        self._ctx = ctx
-        self.options = dataclasses.replace(ctx.options, **changes)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ctx, name)
-
-
 def followup_concurrency(ctx: Context) -> ConcurrencyResult:
     """The ``concurrency`` probe with N = `CONCURRENCY_N` (4 requests), whatever ``--concurrency`` says."""
-    from llmdoctor.probes.client_limits import concurrency
+    from llmdoctor.probes.client_limits import concurrency_step
 
-    return concurrency(_OptionsView(ctx, concurrency=CONCURRENCY_N))  # type: ignore[arg-type]
+    return concurrency_step(ctx, CONCURRENCY_N)
 
 
 def followup_idle(ctx: Context) -> IdleResult:
     """The ``idle`` probe with ``--idle-test`` seconds, or `DEFAULT_IDLE_S` without it (1 request)."""
-    from llmdoctor.probes.idle import idle_test
+    from llmdoctor.probes.idle import after_idle
 
-    idle_s = ctx.options.idle_test_s or DEFAULT_IDLE_S
-    return idle_test(_OptionsView(ctx, idle_test_s=idle_s))  # type: ignore[arg-type]
+    return after_idle(ctx, ctx.options.idle_test_s or DEFAULT_IDLE_S)
 
 
 @dataclass
@@ -98,7 +87,7 @@ class LoneRequestResult:
         return max(0.0, self.client_ttft_ms - self.server_ttft_ms)
 
 
-def _mean_delta_ms(before: Any, after: Any) -> tuple[float | None, float | None]:
+def _mean_delta_ms(before: Histogram | None, after: Histogram | None) -> tuple[float | None, float | None]:
     """(mean ms, count) of a histogram over the window; None where absent or reset."""
     if before is None or after is None or after.count <= before.count or after.sum < before.sum:
         return None, None
@@ -112,12 +101,12 @@ def lone_request(ctx: Context) -> LoneRequestResult:
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
     from llmdoctor.probes.metrics import fetch_text, normalize
 
-    metrics = ctx.optional("server_metrics")
+    metrics = ctx.optional(SERVER_METRICS)
     if metrics is None:
         raise ProbeUnavailable("no backend metrics to read around a request")
     if metrics.before.ttft is None and metrics.before.queue_time is None:
         raise ProbeUnavailable(f"{metrics.backend} exports no TTFT or queue-time histogram")
-    base = ctx.get("baseline")
+    base = ctx.get(BASELINE)
     url = ctx.options.metrics_url or metrics.url or "/metrics"
     text = fetch_text(ctx, url)
     if text is None:
@@ -170,7 +159,7 @@ def repeat_prompt(ctx: Context) -> RepeatPromptResult:
     from llmdoctor.probes.baseline import describe_failure
     from llmdoctor.probes.prefill import _WORDS
 
-    base = ctx.get("baseline")
+    base = ctx.get(BASELINE)
     rng = random.Random()
     body = " ".join(rng.choice(_WORDS) for _ in range(REPEAT_WORDS))
     prompt = f"[{rng.getrandbits(64):016x}] Ignore the following words and reply with ok. {body}"

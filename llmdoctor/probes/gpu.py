@@ -17,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from llmdoctor.probes.catalog import GPU, GPU_METRICS
+from llmdoctor.probes.contract import AnyProbe
+
 if TYPE_CHECKING:
     from llmdoctor.context import Context
 
@@ -28,6 +31,7 @@ __all__ = [
     "PynvmlReader",
     "RecordedNvml",
     "THROTTLE_REASONS",
+    "ANY_GPU",
     "any_gpu",
     "gpu",
     "gpu_metrics",
@@ -338,7 +342,7 @@ def gpu_metrics(ctx: Context) -> GpuSnapshot:
 
     url = ctx.options.gpu_metrics_url
     if not url:
-        raise ProbeUnavailable("no --gpu-metrics-url given (a DCGM exporter, usually http://HOST:9400/metrics)")
+        raise ProbeUnavailable(GPU_METRICS.off_reason(ctx.options) or "no --gpu-metrics-url given")
     text = fetch_text(ctx, url)
     if text is None:
         raise ProbeUnavailable(f"GET {url} failed")
@@ -351,14 +355,18 @@ def gpu_metrics(ctx: Context) -> GpuSnapshot:
     return snapshot
 
 
+#: The probes `any_gpu` reads (a check using it declares them optional).
+ANY_GPU: tuple[AnyProbe, ...] = (GPU, GPU_METRICS)
+
+
 def any_gpu(ctx: Context) -> GpuSnapshot:
     """The local NVML snapshot, else the DCGM one; ProbeUnavailable naming both reasons."""
     from llmdoctor.context import ProbeUnavailable
 
     reasons = []
-    for name in ("gpu", "gpu_metrics"):
+    for probe in (GPU, GPU_METRICS):
         try:
-            return ctx.get(name)
+            return ctx.get(probe)
         except ProbeUnavailable as exc:
-            reasons.append(f"{name}: {exc.reason}")
+            reasons.append(f"{probe.name}: {exc.reason}")
     raise ProbeUnavailable("no GPU readings (" + "; ".join(reasons) + ")")

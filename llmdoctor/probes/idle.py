@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmdoctor.probes.catalog import BASELINE, IDLE
 from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
@@ -43,12 +44,18 @@ class IdleResult:
 def idle_test(ctx: Context) -> IdleResult:
     """Wait `options.idle_test_s`, send one minimal request, compare with the warm baseline."""
     from llmdoctor.context import ProbeUnavailable
+
+    off = IDLE.off_reason(ctx.options)
+    if off:
+        raise ProbeUnavailable(off)
+    return after_idle(ctx, float(ctx.options.idle_test_s))
+
+
+def after_idle(ctx: Context, idle_s: float) -> IdleResult:
+    """Wait `idle_s` seconds, send one minimal request, compare with the warm baseline (1 request)."""
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
 
-    idle_s = float(ctx.options.idle_test_s)
-    if idle_s <= 0:
-        raise ProbeUnavailable("idle test is opt-in: --idle-test SECONDS")
-    base = ctx.get("baseline")
+    base = ctx.get(BASELINE)
     time.sleep(idle_s)
     after = ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, stream=True, extra={"model": base.model})
     return IdleResult(

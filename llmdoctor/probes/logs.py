@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from llmdoctor.context import ProbeUnavailable
 from llmdoctor.logscan import LogScan, LogScanner
+from llmdoctor.probes.catalog import LOGS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,8 +67,9 @@ def _since_filter(since: datetime) -> Callable[[str], bool]:
 def scan_logs(ctx: Context) -> LogScan:
     """Scan every log source given in the options into one `LogScan`."""
     options = ctx.options
-    if not options.logs and not options.journal_unit:
-        raise ProbeUnavailable("no server log given (use --log FILE)")
+    off = LOGS.off_reason(options)
+    if off:
+        raise ProbeUnavailable(off)
     since_filter = None
     if options.since:
         try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmdoctor.probes.backends import BACKENDS, Backend, detect_backend
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -368,7 +369,7 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
 
     if ctx.target is None and not ctx.options.metrics_url:
         raise ProbeUnavailable("no endpoint given")
-    if not ctx.options.metrics_url and not ctx.get("discovery").reachable:
+    if not ctx.options.metrics_url and not ctx.get(DISCOVERY).reachable:
         raise ProbeUnavailable("endpoint not reachable")
     url = ctx.options.metrics_url or "/metrics"
     notes: list[str] = []
@@ -392,15 +393,17 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
                     "(vLLM/TGI/SGLang serve /metrics; SGLang needs --enable-metrics, llama.cpp --metrics)"
                 )
     assert before is not None
-    if ctx.peek("baseline") is not None:
+    baseline = ctx.optional(BASELINE)
+    ran_before = [t.started_at for t in (*baseline.warmup[1:], *baseline.samples)] if baseline is not None else []
+    if ran_before and min(ran_before) < before.scraped_at:
+        # Only when a caller measured the baseline first: a run's schedule scrapes around it.
         notes.append("the baseline ran before the first scrape: no delta over our requests")
         return ServerMetricsResult(before.backend, url, before, notes=notes)
-    baseline = ctx.optional("baseline")
     after, why_after = _scrape(ctx, url, native)
     if after is None:
         notes.append(f"second scrape failed: {why_after}")
         return ServerMetricsResult(before.backend, url, before, notes=notes)
-    ours = len(getattr(baseline, "samples", []) or []) + len(getattr(baseline, "warmup", []) or [])
+    ours = len(baseline.samples) + len(baseline.warmup) if baseline is not None else 0
     result = ServerMetricsResult(before.backend, url, before, after, _delta(before, after, ours), notes)
     if baseline is None:
         notes.append("baseline unavailable: the delta holds no requests of ours")

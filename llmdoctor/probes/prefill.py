@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 
 __all__ = ["PrefillResult", "prefill"]
 
@@ -55,9 +56,9 @@ def _prompt(words: int, rng: random.Random) -> str:
 
 def prefill(ctx: Context) -> PrefillResult:
     """Measure the prefill cost per prompt token with one short and one long prompt."""
-    if ctx.optional("baseline") is None:
+    if ctx.optional(BASELINE) is None:
         raise ProbeUnavailable("no successful baseline request: not measuring prefill")
-    info = ctx.optional("discovery")
+    info = ctx.optional(DISCOVERY)
     model = getattr(info, "model", None)
     window = ctx.options.context_window or getattr(info, "context_window", None)
     long_words = LONG_WORDS if not window else max(SHORT_WORDS * 4, min(LONG_WORDS, int(window * 0.5)))

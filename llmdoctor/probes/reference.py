@@ -13,6 +13,7 @@ from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import BaselineResult, SweepResult
+from llmdoctor.probes.catalog import REFERENCE
 from llmdoctor.serde import SerdeError, from_data
 
 __all__ = ["Reference", "reference", "reference_from_recording"]
@@ -73,7 +74,7 @@ def reference(ctx: Context) -> Reference:
 
     path = ctx.options.compare_file
     if not path:
-        raise ProbeUnavailable("no baseline file given (--compare FILE)")
+        raise ProbeUnavailable(REFERENCE.off_reason(ctx.options) or "no baseline file given")
     try:
         return reference_from_recording(path)
     except RecordingError as exc:

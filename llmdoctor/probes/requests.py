@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.catalog import REQUESTS
 from llmdoctor.request_files import RequestFileError, RequestInfo, load_requests
 
 __all__ = ["RequestSet", "read_requests"]
@@ -38,8 +39,9 @@ class RequestSet:
 def read_requests(ctx: Context) -> RequestSet:
     """Read and normalise ``Options.request_files``."""
     paths = ctx.options.request_files
-    if not paths:
-        raise ProbeUnavailable("no request given (use --request FILE)")
+    off = REQUESTS.off_reason(ctx.options)
+    if off:
+        raise ProbeUnavailable(off)
     try:
         requests = load_requests(paths)
     except RequestFileError as exc:  # the CLI validates first; this guards library use

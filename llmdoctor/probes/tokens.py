@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, REQUESTS, SERVER_TOKENS
 from llmdoctor.request_files import RequestFileError, body_texts, iter_bodies
 from llmdoctor.textscan import clean
 
@@ -198,8 +199,8 @@ def _try(ctx: Context, path: str, body: dict[str, Any]) -> tuple[int | None, int
 
 def server_tokens(ctx: Context) -> ServerTokens:
     """Count a sample of the requests with the server's own tokenizer."""
-    requests = ctx.get("requests")
-    discovery = ctx.optional("discovery")
+    requests = ctx.get(REQUESTS)
+    discovery = ctx.optional(DISCOVERY)
     model = getattr(discovery, "model", None) or (ctx.target.model if ctx.target else None)
     paths = ctx.options.request_files
     sizes = [r.prompt_chars for r in requests.requests]
@@ -291,7 +292,7 @@ def _detect(ctx: Context, model: str | None, body: dict[str, Any]) -> tuple[_Api
 # ----------------------------------------------------------------------------------------------
 def context_window(ctx: Context) -> ContextWindow:
     """The served model's context window: ``/v1/models`` first, then llama.cpp ``/props``."""
-    discovery = ctx.optional("discovery")
+    discovery = ctx.optional(DISCOVERY)
     window = getattr(discovery, "context_window", None)
     if isinstance(window, int) and window > 0:
         return ContextWindow(window, "/v1/models max_model_len")
@@ -316,7 +317,7 @@ def _window(ctx: Context, server: ServerTokens | None) -> tuple[int | None, str]
         return ctx.options.context_window, "--context-window"
     if server is not None and server.max_model_len:
         return server.max_model_len, f"{server.path} max_model_len"
-    found = ctx.optional("context_window")
+    found = ctx.optional(CONTEXT_WINDOW)
     if found is not None:
         return found.tokens, found.source
     return None, ""
@@ -324,8 +325,8 @@ def _window(ctx: Context, server: ServerTokens | None) -> tuple[int | None, str]
 
 def prompt_tokens(ctx: Context) -> PromptTokens:
     """Count the prompt tokens of every request with the best source available."""
-    requests = ctx.get("requests")
-    server = ctx.optional("server_tokens")
+    requests = ctx.get(REQUESTS)
+    server = ctx.optional(SERVER_TOKENS)
     window, window_source = _window(ctx, server)
     notes: list[str] = []
     tokenizer = None

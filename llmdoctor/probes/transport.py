@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from llmdoctor.probes.catalog import BASELINE
 from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
@@ -322,7 +323,7 @@ def _measure(ctx: Context, result: TransportResult) -> TransportResult:
             if result.tls_error:
                 break
 
-    baseline = ctx.optional("baseline")
+    baseline = ctx.optional(BASELINE)
     if baseline is not None:
         result.baseline_total_p50_ms = baseline.total_p50_ms
     history = list(getattr(ctx.client, "history", []))

@@ -1,0 +1,208 @@
+"""The probe contract: one declaration per probe, and what derives from it.
+
+A `Probe` handle names everything about a measurement once: its function and result
+type (``module:attr`` strings, imported on first use so ``llmdoctor --help`` stays
+cheap), the probes it reads (`needs` it cannot do without, `optional` ones it reads when
+they are there, `orders` it may run on demand), the HTTP requests it may send (its
+`plan`, an upper bound), what switches it off under the options (`off`), whether it
+reads only this machine (`local`) and whether it is computed from other results
+(`derived`). ``Probe[T]`` carries the result type for mypy: ``ctx.get(SWEEP)`` is a
+``SweepResult``.
+
+From these declarations come the run's schedule (`schedule`: the probes a set of
+readers needs, in one canonical order), the ``--dry-run`` plan and the follow-up
+costs of the diagnosis; nothing is mirrored by hand. The table itself is
+`llmdoctor.probes.catalog`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from llmdoctor.context import Context
+    from llmdoctor.target import Options, Target
+
+__all__ = ["AnyProbe", "Endpoint", "Gate", "PlannedRequest", "Probe", "Reads", "request", "schedule", "static_off"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """Up to `count` requests of one shape, sent by probe `probe`."""
+
+    probe: str
+    method: str
+    url: str
+    body: str
+    count: int
+    note: str = ""
+
+
+def request(method: str, url: str, body: str, count: int, note: str = "") -> PlannedRequest:
+    """One line of a probe's plan (the probe's name is stamped by `Probe.requests`)."""
+    return PlannedRequest("", method, url, body, count, note)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The URLs a request plan names: the OpenAI base, the server root, the origin."""
+
+    base: str
+    root: str
+    origin: str
+
+    @property
+    def chat(self) -> str:
+        """The chat completions URL."""
+        return f"{self.base}/chat/completions"
+
+    @property
+    def base_is_v1(self) -> bool:
+        """Whether the base URL's path is exactly ``/v1`` (no discovery fallback then)."""
+        return urlsplit(self.base).path == "/v1"
+
+    @classmethod
+    def of(cls, target: Target | None) -> Endpoint:
+        """The target's URLs; a placeholder without a target (replay: only the counts matter)."""
+        if target is None:
+            return cls("http://endpoint/v1", "http://endpoint", "http://endpoint")
+        base = target.base_url.rstrip("/")
+        parts = urlsplit(base)
+        return cls(base, target.root_url.rstrip("/"), f"{parts.scheme}://{parts.netloc}")
+
+
+#: A probe's request plan: the requests it sends at most, for these URLs and options.
+Plan = Callable[[Endpoint, "Options"], Sequence[PlannedRequest]]
+#: Why a probe does not measure under the options (None: it does).
+Off = Callable[["Options"], "str | None"]
+
+
+@dataclass(frozen=True, eq=False)
+class Probe(Generic[T_co]):
+    """One probe, declared once. Handles compare by identity: each probe has exactly one."""
+
+    name: str
+    function: str
+    result_type: str
+    description: str
+    needs: tuple[AnyProbe, ...] = ()
+    optional: tuple[AnyProbe, ...] = ()
+    #: Probes it may run on demand, beyond its plan (the diagnosis orders follow-ups within its budget).
+    orders: tuple[AnyProbe, ...] = ()
+    #: The HTTP requests it sends at most; None: it sends none.
+    plan: Plan | None = None
+    off: Off | None = None
+    #: Reads only this machine (files, the OS, NVML): replaying another machine's recording skips it.
+    local: bool = False
+    #: Computed from other probes' results only: replay recomputes it; it runs after the others.
+    derived: bool = False
+
+    def __repr__(self) -> str:
+        return f"Probe({self.name!r})"
+
+    @property
+    def reads(self) -> tuple[AnyProbe, ...]:
+        """Every probe this one may read: needs, optional ones and those it orders."""
+        return (*self.needs, *self.optional, *self.orders)
+
+    @property
+    def sends(self) -> bool:
+        """Whether it may send HTTP requests to the endpoint."""
+        return self.plan is not None
+
+    def resolve_function(self) -> Callable[[Context], T_co]:
+        """Import and return the probe function."""
+        return cast("Callable[[Context], T_co]", _import(self.function))
+
+    def resolve_type(self) -> type[T_co]:
+        """Import and return the result dataclass."""
+        return cast("type[T_co]", _import(self.result_type))
+
+    def off_reason(self, options: Options) -> str | None:
+        """Why it measures nothing under `options` (its switch or a need's), or None (`static_off`)."""
+        return static_off(self, options)
+
+    def requests(self, endpoint: Endpoint, options: Options) -> list[PlannedRequest]:
+        """Its plan for these URLs and options, each line stamped with the probe's name."""
+        if self.plan is None:
+            return []
+        return [dataclasses.replace(r, probe=self.name) for r in self.plan(endpoint, options) if r.count > 0]
+
+    def max_requests(self, options: Options, endpoint: Endpoint | None = None) -> int:
+        """The most HTTP requests it sends under these options (retries within the budget aside)."""
+        return sum(r.count for r in self.requests(endpoint or Endpoint.of(None), options))
+
+
+#: A handle of any result type (handles are covariant in their result type).
+AnyProbe = Probe[object]
+
+
+def _import(ref: str) -> object:
+    module, _, attr = ref.partition(":")
+    return cast(object, getattr(importlib.import_module(module), attr))
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a reader (a check) reads: probes it cannot do without, and probes it reads when present."""
+
+    requires: tuple[AnyProbe, ...] = ()
+    optional: tuple[AnyProbe, ...] = ()
+
+    @property
+    def all(self) -> tuple[AnyProbe, ...]:
+        """Every probe it may read."""
+        return (*self.requires, *self.optional)
+
+
+#: Why a probe will not measure in this run (None: it will); see `static_off`.
+Gate = Callable[[AnyProbe], "str | None"]
+
+
+def static_off(probe: AnyProbe, options: Options) -> str | None:
+    """Why `probe` measures nothing under `options`: its own switch, else the first of its needs'."""
+    reason = probe.off(options) if probe.off is not None else None
+    if reason:
+        return reason
+    for need in probe.needs:
+        reason = static_off(need, options)
+        if reason:
+            return reason
+    return None
+
+
+def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe]) -> list[AnyProbe]:
+    """The probes these readers need, with what those need, in the canonical `order`.
+
+    A reader's optional probes are scheduled only when none of its required ones is off
+    (it would be skipped); a probe that is off schedules none of what it reads, since it
+    will not run. Derived probes come last, so they see every other result of the run.
+    """
+    wanted: set[AnyProbe] = set()
+
+    def add(probe: AnyProbe) -> None:
+        if probe in wanted:
+            return
+        wanted.add(probe)
+        if gate(probe) is None:
+            for dep in (*probe.needs, *probe.optional):
+                add(dep)
+
+    for reads in readers:
+        for probe in reads.requires:
+            add(probe)
+        if not any(gate(p) is not None for p in reads.requires):
+            for probe in reads.optional:
+                add(probe)
+    rank = {p: i for i, p in enumerate(order)}
+    unknown = wanted - rank.keys()
+    if unknown:
+        raise ValueError(f"probes missing from the catalog order: {sorted(p.name for p in unknown)}")
+    return sorted(wanted, key=lambda p: (p.derived, rank[p]))
