@@ -68,7 +68,7 @@ class MaxTokens(Check):
             for r, c, n in zip(requests.requests, caps, counted.counts):
                 if c is not None and n.tokens <= window < n.tokens + c:
                     over.append((r, n.tokens, c))
-        if over:
+        if over and counted is not None and window:
             r, prompt, cap = max(over, key=lambda x: x[1] + x[2])
             yield Finding(
                 Severity.CRITICAL, Confidence.HIGH if counted.method != "estimate" else Confidence.MEDIUM,

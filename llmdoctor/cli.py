@@ -327,7 +327,7 @@ def _validate_inputs(options: Any) -> None:
             raise UsageProblem(str(exc)) from None
 
 
-def _run(target: Any, options: Any, fmt: str, output: str | None, save: str | None,
+def _run(target: Any, options: Any, fmt: str, output: str | None, save: str | Sequence[str] | None,
          select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None) -> NoReturn:
     from llmdoctor.doctor import diagnose
 

@@ -28,7 +28,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO
 
 from llmdoctor.redact import MASK
 
@@ -272,7 +272,8 @@ def _from_json(text: str) -> tuple[str | None, str | None]:
         return None, None
     if not isinstance(obj, dict):
         return None, None
-    fields = obj.get("fields") if isinstance(obj.get("fields"), dict) else {}
+    found = obj.get("fields")
+    fields = found if isinstance(found, dict) else {}
     for key in ("message", "msg", "log", "MESSAGE"):
         value = obj.get(key, fields.get(key))
         if isinstance(value, str):
@@ -468,7 +469,7 @@ class LogScanner:
         self._skipped = 0
 
     # -- public ---------------------------------------------------------------------------
-    def scan_stream(self, stream: BinaryIO, name: str) -> LogFile:
+    def scan_stream(self, stream: IO[bytes], name: str) -> LogFile:
         """Read a binary stream to its end and record what it contains.
 
         Reads into one fixed buffer (`BLOCK` plus room for a partial last line), so memory

@@ -56,10 +56,10 @@ def measure(metric: str, base: BaselineResult | None, sweep: SweepResult | None)
         return None
     kind, _, pct = metric.partition("_p")
     values = samples(base, kind)
-    value = percentile(values, float(pct))
-    if value is None:
+    pct_value = percentile(values, float(pct))
+    if pct_value is None:
         return None
-    return Measured(metric, value, len(values), sample_confidence(metric, len(values)), "baseline")
+    return Measured(metric, pct_value, len(values), sample_confidence(metric, len(values)), "baseline")
 
 
 def fit_replicates(sweep: SweepResult, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[tuple[float, float]]:

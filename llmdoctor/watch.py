@@ -36,8 +36,8 @@ def _view(rounds: list[tuple[str, Report]], interval: float) -> Any:
     for stamp, r in rounds[-15:]:
         b = r.breakdown
         phases = {p.name: p.ms for p in b.phases} if b is not None else {}
-        table.add_row(stamp, r.status.upper(), _ms(b and b.ttft_p50_ms), _ms(b and b.ttft_p90_ms),
-                      _ms(b and b.total_p50_ms), _ms(phases.get("wait for first token")), _ms(phases.get("decode")),
+        table.add_row(stamp, r.status.upper(), _ms(b.ttft_p50_ms if b else None), _ms(b.ttft_p90_ms if b else None),
+                      _ms(b.total_p50_ms if b else None), _ms(phases.get("wait for first token")), _ms(phases.get("decode")),
                       str(r.requests_sent))
     parts: list[Any] = [table]
     last = rounds[-1][1] if rounds else None

@@ -174,7 +174,7 @@ def _is_local(host: str) -> bool | None:
     import psutil
 
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except OSError:
         return None
     local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}

@@ -344,7 +344,7 @@ def prompt_tokens(ctx: Context) -> PromptTokens:
     for i, (source, body) in enumerate(_bodies(ctx)):
         info = requests.requests[i]
         tools_tokens = round(info.params.tools_chars / CHARS_PER_TOKEN)
-        if i in sampled:
+        if server is not None and i in sampled:
             s = sampled[i]
             how = f"server {server.api} {server.path}" + (" (chat template)" if s.templated else "")
             counts.append(RequestTokens(source, s.tokens, s.tokens, s.tokens, how, tools_tokens=tools_tokens))
