@@ -21,7 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 from llmdoctor.report import ExitCode, Report
 from llmdoctor.target import Options, Target, TargetError, display_url, normalize_base_url
@@ -158,7 +161,7 @@ def run_fleet(
         return list(pool.map(one, entries))
 
 
-def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Any:
+def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Table:
     """A rich table summarising the fleet, one row per endpoint."""
     from rich.table import Table
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.live import Live
 
 from llmdoctor.report import Report
 from llmdoctor.target import Options, Target
@@ -25,7 +29,7 @@ def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v:,.0f} ms"
 
 
-def _view(rounds: list[tuple[str, Report]], interval: float) -> Any:
+def _view(rounds: list[tuple[str, Report]], interval: float) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -36,10 +40,10 @@ def _view(rounds: list[tuple[str, Report]], interval: float) -> Any:
     for stamp, r in rounds[-15:]:
         b = r.breakdown
         phases = {p.name: p.ms for p in b.phases} if b is not None else {}
-        table.add_row(stamp, r.status.upper(), _ms(b.ttft_p50_ms if b else None), _ms(b.ttft_p90_ms if b else None),
-                      _ms(b.total_p50_ms if b else None), _ms(phases.get("wait for first token")), _ms(phases.get("decode")),
-                      str(r.requests_sent))
-    parts: list[Any] = [table]
+        ttft50, ttft90, total50 = (b.ttft_p50_ms, b.ttft_p90_ms, b.total_p50_ms) if b is not None else (None,) * 3
+        table.add_row(stamp, r.status.upper(), _ms(ttft50), _ms(ttft90), _ms(total50),
+                      _ms(phases.get("wait for first token")), _ms(phases.get("decode")), str(r.requests_sent))
+    parts: list[RenderableType] = [table]
     last = rounds[-1][1] if rounds else None
     if last is not None and last.breakdown is not None:
         b = last.breakdown
@@ -65,7 +69,7 @@ def watch(
     from llmdoctor.doctor import diagnose
 
     rounds: list[tuple[str, Report]] = []
-    live_view: Any = None
+    live_view: Live | None = None
     if live and emit_json is None:
         from rich.live import Live
 

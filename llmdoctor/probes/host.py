@@ -14,9 +14,11 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import psutil
+
     from llmdoctor.context import Context
 
 __all__ = ["HostResult", "ProcessInfo", "SERVER_PATTERNS", "find_server_process", "host", "describe_process"]
@@ -92,7 +94,7 @@ def _mask_cmdline(args: list[str]) -> str:
     return " ".join(out)[:300]
 
 
-def describe_process(proc: Any, kind: str = "") -> ProcessInfo:
+def describe_process(proc: psutil.Process, kind: str = "") -> ProcessInfo:
     """Snapshot a psutil.Process (fields it may not read are None)."""
     import psutil
 
@@ -126,7 +128,7 @@ def _kind(text: str) -> str | None:
     return None
 
 
-def _listener(port: int) -> Any | None:
+def _listener(port: int) -> psutil.Process | None:
     """The process listening on TCP `port` on this machine, if it can be seen."""
     import psutil
 
@@ -143,7 +145,7 @@ def _listener(port: int) -> Any | None:
     return None
 
 
-def find_server_process(port: int | None = None) -> tuple[Any, str] | None:
+def find_server_process(port: int | None = None) -> tuple[psutil.Process, str] | None:
     """The inference-server process: the one listening on `port` when it can be seen, else the oldest name match.
 
     A listener found on the port is the server whatever its name (``kind`` is then the

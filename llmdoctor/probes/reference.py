@@ -9,7 +9,7 @@ compares them with this run's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import BaselineResult, SweepResult
@@ -17,6 +17,8 @@ from llmdoctor.probes.catalog import REFERENCE
 from llmdoctor.serde import SerdeError, from_data
 
 __all__ = ["Reference", "reference", "reference_from_recording"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,12 +32,12 @@ class Reference:
     sweep: SweepResult | None = None
 
 
-def _probe(measurements: dict[str, Any], name: str, kind: type) -> Any:
+def _probe(measurements: dict[str, Any], name: str, kind: type[T]) -> T | None:
     data = measurements.get(name)
     if not isinstance(data, dict) or set(data) == {"unavailable"}:
         return None
     try:
-        return from_data(kind, data)
+        return cast(T, from_data(kind, data))
     except SerdeError:
         return None
 
