@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 
 from llmdoctor.check import Category, Check
+from llmdoctor.probes.contract import Probe
 
 __all__ = ["ENTRY_POINT_GROUP", "LoadError", "Registry", "load_registry", "select"]
 
@@ -47,6 +48,11 @@ def _validate(obj: object, name: str) -> str | None:
             return f"{obj.__name__} has no {attr!r} attribute"
     if not isinstance(obj.category, Category):
         return f"{obj.__name__}.category is not a llmdoctor Category"
+    for attr in ("requires", "optional"):
+        wrong = [p for p in getattr(obj, attr) if not isinstance(p, Probe)]
+        if wrong:
+            return (f"{obj.__name__}.{attr} holds {wrong[0]!r}, not a probe handle "
+                    "(import it from llmdoctor.probes.catalog, e.g. BASELINE)")
     return None
 
 

@@ -333,3 +333,25 @@ def test_importing_the_catalog_imports_no_probe_module() -> None:
             "('llmdoctor.probes', 'llmdoctor.probes.catalog', 'llmdoctor.probes.contract'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+class _OldStyle(Check):
+    """Toy plugin still naming its probes by string."""
+
+    id, name, title, category = "LD998", "old-style", "Old style", Category.BASELINE
+    requires = ("baseline",)  # type: ignore[assignment]
+
+
+def test_a_plugin_naming_probes_by_string_is_a_load_error_not_a_crash() -> None:
+    from importlib.metadata import EntryPoint
+
+    registry = load_registry([EntryPoint("LD998", f"{__name__}:_OldStyle", "llmdoctor.checks")])
+    assert registry.checks == [] and "not a probe handle" in registry.errors[0].reason
+
+
+def test_a_plugin_probe_outside_the_catalog_is_measured_after_the_catalog_ones() -> None:
+    from llmdoctor.probes.contract import Reads, schedule
+
+    plugin = Probe("plugin", f"{__name__}:_toy_probe", "builtins:str", "a plugin's probe", optional=(DISCOVERY,))
+    order = schedule([Reads((plugin, SWEEP))], lambda p: None, ORDER)
+    assert order[-1] is plugin and order.index(DISCOVERY) < order.index(SWEEP)

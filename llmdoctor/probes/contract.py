@@ -183,14 +183,15 @@ def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe]) ->
 
     A reader's optional probes are scheduled only when none of its required ones is off
     (it would be skipped); a probe that is off schedules none of what it reads, since it
-    will not run. Derived probes come last, so they see every other result of the run.
+    will not run. Derived probes come last, so they see every other result of the run; a
+    probe missing from `order` (a plugin's own) comes after the others, as first wanted.
     """
-    wanted: set[AnyProbe] = set()
+    wanted: dict[AnyProbe, None] = {}
 
     def add(probe: AnyProbe) -> None:
         if probe in wanted:
             return
-        wanted.add(probe)
+        wanted[probe] = None
         if gate(probe) is None:
             for dep in (*probe.needs, *probe.optional):
                 add(dep)
@@ -202,7 +203,4 @@ def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe]) ->
             for probe in reads.optional:
                 add(probe)
     rank = {p: i for i, p in enumerate(order)}
-    unknown = wanted - rank.keys()
-    if unknown:
-        raise ValueError(f"probes missing from the catalog order: {sorted(p.name for p in unknown)}")
-    return sorted(wanted, key=lambda p: (p.derived, rank[p]))
+    return sorted(wanted, key=lambda p: (p.derived, rank.get(p, len(rank))))
