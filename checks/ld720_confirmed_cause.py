@@ -74,7 +74,7 @@ class ConfirmedCause(Check):
                 f"Ruled out: {refuted}.",
                 Fix(spec.fix, spec.steps),
                 impact_ms=h.impact_ms,
-                cause=h.id,
+                cause=spec.cause,
                 restatement=True,
                 impact_basis=h.impact_basis,
                 evidence=tuple(Evidence(o.source, o.text, f"LR {o.likelihood_ratio:g}", "diagnosis")
