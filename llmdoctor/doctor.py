@@ -10,8 +10,9 @@ from typing import Any
 from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
 from llmdoctor.context import Context
+from llmdoctor.folding import fold_outcomes
 from llmdoctor.registry import load_registry, select
-from llmdoctor.report import Report, fold_restatements, rank
+from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, run_one
 from llmdoctor.target import Options, Target
 
@@ -60,7 +61,7 @@ def diagnose(
         interrupted = True
     finally:
         ctx.close()
-    findings = rank(fold_restatements(outcomes))
+    findings = fold_outcomes(outcomes)
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
         model=_model(ctx, target),
