@@ -8,8 +8,8 @@ cause's measured cost is at least `EXPLAINS_SHARE` of the symptom's when both ar
 no cause explains stays a finding of its own.
 
 A group takes the worst severity and the largest impact of its members, so folding never changes
-the exit code and a cause ranks at least where its most costly symptom would have; the finding keeps
-its own values in `own_severity` / `own_impact_ms`.
+the exit code, and it ranks at least where the best ranked of its members would have ranked alone
+(`report.rank_key`); the finding keeps its own values in `own_severity` / `own_impact_ms`.
 """
 
 from __future__ import annotations

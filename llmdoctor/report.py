@@ -120,9 +120,12 @@ def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:
 
 
 def rank_key(f: Finding) -> tuple[int, float, str, str]:
-    """Sort key of a finding: severity, then impact weighted by confidence, then checklist order."""
+    """Sort key of a finding: severity, then impact weighted by confidence, then checklist order.
+
+    A finding with others folded under it ranks at least where the best ranked of them would.
+    """
     weighted = (f.impact_ms or 0.0) * f.confidence.weight
-    return (f.severity.rank, -weighted, f.check_id, f.title)
+    return min([(f.severity.rank, -weighted, f.check_id, f.title), *(rank_key(s) for s in f.supporting)])
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:

@@ -94,6 +94,13 @@ def test_a_cause_ranks_above_its_own_symptoms() -> None:
     assert exit_code_for(listed, "critical") == exit_code_for(before, "critical")
 
 
+def test_a_less_certain_cause_still_ranks_where_its_symptom_would() -> None:
+    queue = _f("LD203", impact=500, confidence=Confidence.LOW, cause="queueing")
+    floor = _f("LD701", impact=600, symptom="high_floor")
+    streaming = _f("LD602", impact=550, cause="no_streaming")
+    assert _listed(fold([streaming, queue, floor])) == [("LD203", ["LD701"]), ("LD602", [])]
+
+
 def test_a_cause_too_small_for_the_symptom_does_not_explain_it() -> None:
     handshake = _f("LD407", impact=5, cause="no_keepalive")
     fixed = _f("LD702", impact=450, symptom="fixed_cost")
