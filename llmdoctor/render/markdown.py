@@ -12,14 +12,7 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import (
-    fit_summary,
-    format_evidence,
-    format_ms,
-    names_line,
-    requests_line,
-    supporting_line,
-)
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status

@@ -13,14 +13,7 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import (
-    fit_summary,
-    format_evidence,
-    format_ms,
-    names_line,
-    requests_line,
-    supporting_line,
-)
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
