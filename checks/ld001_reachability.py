@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -67,6 +68,7 @@ class Reachability(Check):
                 f"Did you mean {info.suggested_base_url}?",
                 Fix(f"Use --endpoint {info.suggested_base_url}", ("Point your client's base_url there too.",)),
                 evidence=(Evidence("status", 404, source="GET /models"),),
+                cause=Cause.ENDPOINT_MISCONFIGURED,
             )
             return
         if info.models and info.model_served is False:
@@ -80,6 +82,7 @@ class Reachability(Check):
                     "Check the model name in your application's config and the server's launch command.",
                 )),
                 evidence=(Evidence("served models", served, source="GET /models"),),
+                cause=Cause.ENDPOINT_MISCONFIGURED,
             )
             return
         if models.ok and not info.models and info.model is None:
@@ -89,6 +92,7 @@ class Reachability(Check):
                 "No model is loaded",
                 "GET /models returned an empty list and no --model was given.",
                 Fix("Load a model on the server, or pass --model NAME."),
+                cause=Cause.ENDPOINT_MISCONFIGURED,
             )
             return
         first = ctx.optional(FIRST_REQUEST)
@@ -126,6 +130,8 @@ def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Fin
         f"{what} ({base_url}: {describe_failure(t)})",
         fix,
         evidence=(Evidence("error", t.error, source="GET /models"),),
+        # a server that accepts the connection but never answers is hung, not unreachable
+        cause=Cause.SERVER_ERRORS if t.error == ErrorKind.READ_TIMEOUT else Cause.ENDPOINT_UNREACHABLE,
     )
 
 
@@ -140,6 +146,7 @@ def _auth_failure(t: RequestTiming) -> Finding:
             "Or pass --header 'Authorization: Bearer ...' for other schemes.",
         )),
         evidence=(Evidence("status", t.status, source="GET /models"),),
+        cause=Cause.ENDPOINT_MISCONFIGURED,
     )
 
 
@@ -155,6 +162,7 @@ def _generation_failure(t: RequestTiming, info: EndpointInfo, timeout_s: float, 
                 "Honour Retry-After in your client.",
             )),
             evidence=(Evidence("status", 429, source=where),),
+            cause=Cause.RATE_LIMITING,
         )
     if t.error == ErrorKind.STREAM_CUT:
         title = f"Stream stopped mid-way after {t.content_events + t.reasoning_events} tokens"
@@ -197,4 +205,11 @@ def _generation_failure(t: RequestTiming, info: EndpointInfo, timeout_s: float, 
     return Finding(
         Severity.CRITICAL, Confidence.HIGH, title, f"{where}: {describe_failure(t)}", fix,
         evidence=(Evidence("error", t.error, source=where), Evidence("status", t.status, source=where)),
+        cause=_failure_cause(t),
     )
+
+
+def _failure_cause(t: RequestTiming) -> Cause:
+    """Server errors (5xx, a hung or cut answer) against what the client has to fix (path, model, body)."""
+    server_side = t.error in (ErrorKind.STREAM_CUT, ErrorKind.READ_TIMEOUT) or (t.status or 0) >= 500
+    return Cause.SERVER_ERRORS if server_side else Cause.ENDPOINT_MISCONFIGURED

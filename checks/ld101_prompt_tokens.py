@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
@@ -110,6 +111,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, over)}: the prompt exceeds the model's {window:,}-token window; "
                 "the server rejects such requests (HTTP 400) or truncates the prompt.",
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                cause=Cause.OVERSIZED_PROMPT,
             )
         if near:
             worst = max(tokens[i] for i in near)
@@ -119,6 +121,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, near)}: the prompt fills more than {NEAR_SHARE:.0%} of the window, "
                 "leaving little room for the answer; a little more history will be rejected or truncated.",
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                cause=Cause.OVERSIZED_PROMPT,
             )
         slow = prefill_ms is not None and prefill_ms >= SLOW_PREFILL_MS
         if large or (slow and not over and not near):
@@ -131,6 +134,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, subject)}: a large prompt{cost}."
                 + ("" if prefill_ms is not None else f" ({costs.prefill_basis}.)"),
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                cause=Cause.LONG_PREFILL,
             )
 
     @staticmethod

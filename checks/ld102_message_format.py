@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -34,6 +35,13 @@ PROBLEMS: dict[str, tuple[Severity, str, str]] = {
                    "Send plain strings for text-only content; some servers and templates reject part arrays."),
     "long_system": (Severity.INFO, "Very long system prompt", "Shorten the system prompt; keep it stable and first "
                     "so the prefix cache can reuse it."),
+}
+# kind: the cause it reports. Arrays a server rejects are malformed requests; tokens sent for nothing
+# lengthen the prefill; an unusual order or part arrays are hygiene (no cause).
+CAUSE_OF: dict[str, Cause] = {
+    "no_messages": Cause.MALFORMED_REQUEST, "unknown_role": Cause.MALFORMED_REQUEST,
+    "bad_content": Cause.MALFORMED_REQUEST, "empty_content": Cause.MALFORMED_REQUEST,
+    "tool_mismatch": Cause.MALFORMED_REQUEST, "duplicate": Cause.LONG_PREFILL, "long_system": Cause.LONG_PREFILL,
 }
 
 
@@ -143,4 +151,5 @@ class MessageFormat(Check):
                 impact_basis=f"{tokens:,} tokens (chars/4) × {costs.prefill_basis}" if tokens else "",
                 evidence=(Evidence("requests affected", len(hits), "", "--request"),
                           Evidence("first", hits[0][0].source, "", hits[0][2])),
+                cause=CAUSE_OF.get(kind),
             )

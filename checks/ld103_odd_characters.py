@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, Reads
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -118,4 +119,5 @@ class OddCharacters(Check):
             impact_ms=impact,
             impact_basis=basis,
             evidence=tuple(evidence),
+            cause=Cause.LONG_PREFILL,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -89,4 +90,5 @@ class GpuSaturation(Check):
                     else "not measurable from utilisation alone (no backend queue histogram)"
                 ),
                 evidence=tuple(evidence),
+                cause=Cause.GPU_SATURATION,
             )

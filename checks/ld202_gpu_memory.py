@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -88,4 +89,5 @@ class GpuMemoryFull(Check):
                     Evidence("memory total", round(g.memory_total_bytes / gib, 2), "GiB", snap.source),
                     Evidence("processes on the GPU", others, "", snap.source),
                 ),
+                cause=Cause.GPU_MEMORY,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -102,7 +103,7 @@ class QueueBuilding(Check):
                     *knob(m.backend, "queue"),
                 ),
             ),
-            cause="queueing",
+            cause=Cause.QUEUEING,
             impact_ms=impact,
             impact_basis=basis,
             evidence=tuple(evidence),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -85,4 +86,5 @@ class KvCachePressure(Check):
                 else "not measured: the backend exports no queue-time histogram"
             ),
             evidence=tuple(evidence),
+            cause=Cause.KV_CACHE_PRESSURE,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -78,6 +79,7 @@ class Preemptions(Check):
                     else "not measured: no prefill-time histogram"
                 ),
                 evidence=(Evidence(what, count, "", m.url), Evidence("cumulative preemptions", total, "", m.url)),
+                cause=Cause.KV_CACHE_PRESSURE,
             )
         elif total:
             yield Finding(
@@ -89,4 +91,5 @@ class Preemptions(Check):
                 fix,
                 impact_basis="not during our run; cost falls on requests at peak load",
                 evidence=(Evidence("cumulative preemptions", total, "", m.url),),
+                cause=Cause.KV_CACHE_PRESSURE,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -118,4 +119,5 @@ class LogErrors(Check):
                 ),
                 evidence=tuple(evidence),
                 fix=_FIXES[cls],
+                cause=Cause.SERVER_ERRORS,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -72,7 +73,7 @@ class LoadedModels(Check):
                 f"After our requests the server holds {', '.join(names)} but not {wanted!r}: requests for it "
                 "may be served by another model, or load it (and evict others) each time.",
                 fix, impact_basis="a model load per switch (seconds); see LD301 for the measured penalty",
-                evidence=(listing,),
+                evidence=(listing,), cause=Cause.COLD_START,
             )
         for x in models:
             if x.cpu_fraction < OFFLOAD_WARN:
@@ -88,11 +89,12 @@ class LoadedModels(Check):
                     Evidence("size in VRAM", round(x.size_vram_bytes / GIB, 2), "GiB", "/api/ps"),
                     listing,
                 ),
+                cause=Cause.SLOW_DECODE,  # layers on the CPU make every decode step slow
             )
         if len(models) > 1:
             yield Finding(
                 Severity.INFO, Confidence.HIGH, f"{len(models)} models loaded at once",
                 f"The server holds {', '.join(names)}: they share VRAM and may evict each other.",
                 fix, impact_basis="contention only; a reload costs seconds when one evicts another",
-                evidence=(listing,),
+                evidence=(listing,), cause=Cause.GPU_MEMORY,
             )

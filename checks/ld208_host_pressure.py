@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -95,4 +96,5 @@ class HostPressure(Check):
                 ),
                 impact_basis="not measurable from host counters alone; it inflates every request's fixed cost",
                 evidence=evidence,
+                cause=Cause.HOST_PRESSURE,
             )

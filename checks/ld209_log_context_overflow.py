@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -80,4 +81,5 @@ class LogContextOverflow(Check):
                     "Ollama num_ctx or OLLAMA_CONTEXT_LENGTH.",
                 ),
             ),
+            cause=Cause.OVERSIZED_PROMPT,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -88,4 +89,5 @@ class LogPreemption(Check):
                     "Serve a quantized model to free memory for the cache.",
                 ),
             ),
+            cause=Cause.KV_CACHE_PRESSURE,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -78,7 +79,7 @@ class ColdStart(Check):
                     "Raise keep-alive so idle models are not unloaded (Ollama: OLLAMA_KEEP_ALIVE).",
                 ),
             ),
-            cause="cold_start",
+            cause=Cause.COLD_START,
             impact_ms=penalty,
             impact_basis="extra time to first token, paid once per cold start",
             evidence=(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -107,4 +108,5 @@ class RecentRestart(Check):
             impact_basis=("first request TTFT minus warm median TTFT (measured)" if penalty is not None
                           else "not measured here; see LD301 for the first-request penalty"),
             evidence=tuple(e for _, e in signs),
+            cause=Cause.COLD_START,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -63,6 +64,7 @@ class LogModelLoad(Check):
                     impact_basis="unknown: the log has no load time",
                     evidence=(Evidence("last load", last.text, "", last.where),),
                     fix=Fix("Keep instances warm", ("min replicas >= 1; OLLAMA_KEEP_ALIVE=-1",)),
+                    cause=Cause.COLD_START,
                 )
             return
         seconds, basis, entry = cold
@@ -90,4 +92,5 @@ class LogModelLoad(Check):
                     "Quantized weights (GPTQ/AWQ/GGUF) on local NVMe load faster; keep vLLM's torch.compile cache.",
                 ),
             ),
+            cause=Cause.COLD_START,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -65,7 +66,7 @@ class AfterIdlePenalty(Check):
                 f"After {idle.idle_s:g} s without requests, the first one took {measured:.0f} ms against a warm "
                 f"median of {warm:.0f} ms.{reconnect}"
             ),
-            cause="cold_start",
+            cause=Cause.COLD_START,
             impact_ms=round(penalty, 1),
             impact_basis="extra latency of the first request after the idle pause",
             evidence=(

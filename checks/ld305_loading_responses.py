@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -82,4 +83,5 @@ class LoadingResponses(Check):
                     "Warm up after start and keep minimum replicas warm.",
                 ),
             ),
+            cause=Cause.COLD_START,
         )

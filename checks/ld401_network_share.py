@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -84,4 +85,5 @@ class NetworkShare(Check):
             impact_ms=setup,
             impact_basis="paid by every request that opens a new connection",
             evidence=tuple(evidence),
+            symptom=Symptom.SLOW_CONNECTION_SETUP,  # DNS, distance, TLS or no keep-alive say why
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -86,4 +87,5 @@ class SlowDns(Check):
                     f"For a fixed internal endpoint, use its IP address or an /etc/hosts entry for {dns.host}.",
                 ),
             ),
+            cause=Cause.SLOW_DNS,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -76,6 +77,7 @@ class DnsFallback(Check):
                 impact_basis="time spent on failing servers per lookup",
                 evidence=tuple(evidence),
                 fix=fix,
+                cause=Cause.ENDPOINT_UNREACHABLE,
             )
             return
         penalty = dns.fallback_penalty_ms
@@ -93,4 +95,5 @@ class DnsFallback(Check):
             impact_basis="fallback wait per uncached lookup (resolver timeout per failing server)",
             evidence=tuple(evidence),
             fix=fix,
+            cause=Cause.SLOW_DNS,
         )

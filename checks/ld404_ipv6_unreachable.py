@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -75,4 +76,5 @@ class Ipv6Unreachable(Check):
                     "Prefer IPv4 on the client: `precedence ::ffff:0:0/96 100` in /etc/gai.conf.",
                 ),
             ),
+            cause=Cause.IPV6_FALLBACK,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -72,4 +73,5 @@ class ShortDnsTtl(Check):
                     "Keep one long-lived client with keep-alive so few connections are opened.",
                 ),
             ),
+            cause=Cause.SLOW_DNS,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -66,7 +67,7 @@ class RttShare(Check):
                 f"The round trip to {tr.host}:{tr.port} is {rtt:.0f} ms against a {total:.0f} ms "
                 "minimal request: every request pays it before its first token."
             ),
-            cause="slow_network",
+            cause=Cause.SLOW_NETWORK,
             impact_ms=round(rtt, 1),
             impact_basis="one round trip per request",
             evidence=tuple(evidence),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -73,7 +74,7 @@ class NoConnectionReuse(Check):
                 f"Of {ka.requests} requests, {ka.reused} reused a connection: {who}. Each request pays "
                 f"connect{' + TLS' if tr.scheme == 'https' else ''} again, about {cost:.0f} ms."
             ),
-            cause="no_keepalive",
+            cause=Cause.NO_KEEPALIVE,
             impact_ms=round(cost, 1),
             impact_basis="connect (+TLS) handshake per request",
             evidence=tuple(evidence),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -74,4 +75,5 @@ class SlowTls(Check):
                     "Reuse connections so the handshake is paid once (LD407).",
                 ),
             ),
+            cause=Cause.SLOW_TLS,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -65,4 +66,5 @@ class ProxyInPath(Check):
                     "If the proxy must stay, make it pass text/event-stream through unbuffered.",
                 ),
             ),
+            cause=Cause.GATEWAY_OVERHEAD,
         )

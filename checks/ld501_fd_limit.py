@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -70,4 +71,5 @@ class FdLimit(Check):
                     "In Python: resource.setrlimit(RLIMIT_NOFILE, (hard, hard)) at start-up.",
                 ),
             ),
+            cause=Cause.CLIENT_LIMITS,
         )

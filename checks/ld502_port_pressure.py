@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -77,4 +78,5 @@ class PortPressure(Check):
                     "Widen net.ipv4.ip_local_port_range; set net.ipv4.tcp_tw_reuse=1.",
                 ),
             ),
+            cause=Cause.CLIENT_LIMITS,
         )

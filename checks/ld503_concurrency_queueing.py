@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -80,4 +81,5 @@ class ConcurrencyQueueing(Check):
                     "TCPConnector(limit=100); requests HTTPAdapter(pool_maxsize=10) per host - raise to your N.",
                 ),
             ),
+            cause=Cause.QUEUEING,  # the probe keeps all N in flight itself: the wait is at the server
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
@@ -81,6 +82,7 @@ class MaxTokens(Check):
                 evidence=(Evidence("prompt tokens", prompt, "tokens", counted.detail),
                           Evidence("max_tokens", cap, "tokens", r.source),
                           Evidence("context window", window, "tokens", counted.window_source)),
+                cause=Cause.OVERSIZED_PROMPT,
             )
         fix = Fix(
             "Cap the answer near the longest you expect.",
@@ -103,6 +105,7 @@ class MaxTokens(Check):
                 impact_basis=f"worst case: {excess:,} extra output tokens × {costs.decode_basis}",
                 evidence=(Evidence("largest max_tokens", cap, "tokens", "--request"),
                           Evidence("typical answer", typical, "tokens", "--typical-output-tokens")),
+                cause=Cause.LONG_OUTPUT,
             )
         if missing:
             bound = f"the {window:,}-token window" if window else "the context window"
@@ -113,4 +116,5 @@ class MaxTokens(Check):
                 f"{bound}.",
                 fix, impact_ms=None, impact_basis="unbounded: depends on the model stopping on its own",
                 evidence=(Evidence("requests without max_tokens", len(missing), "", "--request"),),
+                cause=Cause.LONG_OUTPUT,
             )

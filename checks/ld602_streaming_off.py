@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -70,4 +71,5 @@ class StreamingOff(Check):
             impact_basis=f"{max(0, answer - 1)} output tokens after the first × {costs.decode_basis}",
             evidence=(Evidence("requests not streamed", len(off), "", "--request"),
                       Evidence("first", off[0].source, "", "stream")),
+            cause=Cause.NO_STREAMING,
         )

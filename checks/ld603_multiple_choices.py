@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -67,4 +68,5 @@ class MultipleChoices(Check):
             impact_basis=f"upper bound: {extra_tokens:,} extra output tokens × {costs.decode_basis}",
             evidence=(Evidence("sequences per request", choices, "", "n / best_of"),
                       Evidence("requests", len(many), "", "--request")),
+            cause=Cause.LONG_OUTPUT,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -74,4 +75,5 @@ class Logprobs(Check):
             impact_basis=f"assumed {LOGPROBS_SHARE:.0%} of a {typical}-token decode; {costs.decode_basis}",
             evidence=(Evidence("top_logprobs", top, "", "--request"),
                       Evidence("requests", len(asking), "", "--request")),
+            cause=Cause.DECODE_EXTRAS,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -75,4 +76,5 @@ class Sampling(Check):
             impact_basis=f"assumed {share:.0%} of a {typical}-token decode; {costs.decode_basis}",
             evidence=(Evidence("sampling requests", len(sampling), "", "--request"),
                       Evidence("penalties", ", ".join(penalties) or "none", "", "--request")),
+            cause=Cause.DECODE_EXTRAS,
         )

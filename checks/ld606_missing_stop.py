@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -76,4 +77,5 @@ class MissingStop(Check):
             f"{costs.decode_basis}",
             evidence=(Evidence("requests", len(open_ended), "", "short-answer phrasing, no stop"),
                       Evidence("first", open_ended[0].source, "", "--request")),
+            cause=Cause.LONG_OUTPUT,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -75,4 +76,5 @@ class ReasoningEffort(Check):
             impact_basis=f"assumed {tokens:,} reasoning tokens × {costs.decode_basis}",
             evidence=(Evidence("requests", len(hits), "", "--request"),
                       Evidence("effort", ", ".join(levels), "", "reasoning_effort / thinking")),
+            cause=Cause.LONG_OUTPUT,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
@@ -82,4 +83,5 @@ class ToolSchemas(Check):
             impact_basis=f"{tokens:,} tokens (chars/4) × {costs.prefill_basis}",
             evidence=(Evidence("tools", count, "", worst.source),
                       Evidence("schema size", worst.params.tools_chars, "chars", worst.source)),
+            cause=Cause.LONG_PREFILL,
         )

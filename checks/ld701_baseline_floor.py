@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -90,6 +91,7 @@ class BaselineFloor(Check):
                 impact_ms=p50,
                 impact_basis="paid by every request, however small",
                 evidence=evidence,
+                symptom=Symptom.HIGH_FLOOR,
             )
         spread = p90 - p50
         if p90 >= UNSTABLE_RATIO * p50 and spread >= UNSTABLE_MIN_SPREAD_MS:
@@ -110,4 +112,5 @@ class BaselineFloor(Check):
                 impact_ms=spread,
                 impact_basis="p90 minus p50 of identical requests",
                 evidence=evidence,
+                symptom=Symptom.UNSTABLE_FLOOR,
             )

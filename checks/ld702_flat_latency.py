@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
@@ -92,4 +93,5 @@ class FlatLatency(Check):
                 Evidence("points", fit.points, "", "sweep"),
                 Evidence("ignore_eos honoured", sweep.ignore_eos, "", "sweep"),
             ),
+            symptom=Symptom.FIXED_COST,
         )

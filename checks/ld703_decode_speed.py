@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
@@ -70,7 +71,7 @@ class DecodeSpeed(Check):
                     "Cap max_tokens and add stop sequences for short answers.",
                 ),
             ),
-            cause="slow_decode",
+            cause=Cause.SLOW_DECODE,
             impact_ms=per_token * typical,
             impact_basis=f"per-token slope × a typical {typical}-token answer",
             evidence=(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped, Reads
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
@@ -106,6 +107,7 @@ class SloBreached(Check):
                     Evidence("limit", slo.limit_ms, unit, "--slo"),
                     Evidence("samples", got.samples, "", got.source),
                 ),
+                symptom=symptom_of_metric(slo.metric),
             )
         if unmeasured and len(unmeasured) == len(slos):
             raise CheckSkipped(f"not measured in this run: {', '.join(unmeasured)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
@@ -114,4 +115,5 @@ class Regression(Check):
                     Evidence("minimum effect", round(c.min_effect_ms, 3), unit, "gate rule"),
                     Evidence("samples", f"{c.n_before} vs {c.n_after}", "", c.test),
                 ),
+                symptom=symptom_of_metric(c.metric),
             )

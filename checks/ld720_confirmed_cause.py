@@ -25,7 +25,11 @@ class ConfirmedCause(Check):
     test, fresh vs reused connections, metrics around a lone request, a
     repeated prompt). Each confirmed cause (probability ≥ 0.95) is one
     finding, with its chain: symptom → hypotheses → test → result →
-    conclusion.
+    conclusion. The hypotheses are causes of ``llmdoctor/causes.py``: when
+    a checklist check names the same cause (LD301 for a cold start), that
+    finding lists it and this one folds under it as supporting evidence;
+    otherwise this one lists it, with the symptoms it explains (LD701's
+    floor, LD702's fixed cost) folded under it.
 
     ## Why it adds latency
     A high time to first token looks the same from outside whether requests
@@ -74,7 +78,7 @@ class ConfirmedCause(Check):
                 f"Ruled out: {refuted}.",
                 Fix(spec.fix, spec.steps),
                 impact_ms=h.impact_ms,
-                cause=h.id,
+                cause=spec.cause,
                 restatement=True,
                 impact_basis=h.impact_basis,
                 evidence=tuple(Evidence(o.source, o.text, f"LR {o.likelihood_ratio:g}", "diagnosis")

@@ -9,9 +9,10 @@ from datetime import datetime, timezone
 from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
 from llmdoctor.context import Context, Results
+from llmdoctor.folding import fold_outcomes
 from llmdoctor.probes.catalog import DIAGNOSIS, DISCOVERY
 from llmdoctor.registry import load_registry, select
-from llmdoctor.report import Report, fold_restatements, rank
+from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, run_one, schedule_for
 from llmdoctor.target import Options, Target
 
@@ -68,7 +69,7 @@ def diagnose(
     finally:
         ctx.close()
     results = ctx.results()
-    findings = rank(fold_restatements(outcomes))
+    findings = fold_outcomes(outcomes)
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
         model=_model(results, target),

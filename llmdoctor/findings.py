@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from llmdoctor.causes import Cause, Symptom
+
 __all__ = ["Severity", "Confidence", "Evidence", "Fix", "Finding"]
 
 
@@ -79,12 +81,38 @@ class Finding:
     impact_ms: float | None = None
     impact_basis: str = ""
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
-    # A stable name of the cause this finding reports ("cold_start", "slow_decode", ...), shared by
-    # the checklist checks and the differential diagnosis's hypotheses, so one cause is listed once.
-    cause: str = ""
-    # True for a finding that restates a cause from a synthesis of other measurements (the
-    # differential diagnosis): it yields to a checklist finding of the same cause.
+    #: The cause this finding reports, from the closed set of `llmdoctor.causes` (a plugin may pass its
+    #: id as a string: it is checked against the set). Shared by the checklist checks and the
+    #: differential diagnosis's hypotheses, so one cause is listed once.
+    cause: Cause | None = None
+    #: The symptom this finding measures (a high floor, a large fixed cost) when it names no cause:
+    #: it folds under a cause that explains it.
+    symptom: Symptom | None = None
+    #: True for a finding that restates a cause from a synthesis of other measurements (the
+    #: differential diagnosis): a checklist finding of the same cause carries the ranking.
     restatement: bool = False
     check_id: str = ""
     category: str = ""
     docs: str = ""
+    #: Set by the report: the findings folded under this one (its symptoms, the other findings of
+    #: its cause). `severity` and `impact_ms` are then the group's; `own_severity` and
+    #: `own_impact_ms` keep this finding's own.
+    supporting: tuple[Finding, ...] = ()
+    own_severity: Severity | None = None
+    own_impact_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.cause is not None and not isinstance(self.cause, Cause):
+            object.__setattr__(self, "cause", Cause(self.cause) if self.cause else None)
+        if self.symptom is not None and not isinstance(self.symptom, Symptom):
+            object.__setattr__(self, "symptom", Symptom(self.symptom) if self.symptom else None)
+        if self.cause is not None and self.symptom is not None:
+            raise ValueError(f"a finding names a cause or a symptom, not both ({self.cause.value}, "
+                             f"{self.symptom.value})")
+
+    @property
+    def own(self) -> tuple[Severity, float | None]:
+        """This finding's own severity and impact, before anything folded under it."""
+        if self.own_severity is None:
+            return self.severity, self.impact_ms
+        return self.own_severity, self.own_impact_ms

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from llmdoctor.context import ProbeStatus
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.runner import CheckOutcome, Status
+from llmdoctor.runner import CheckOutcome
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -17,13 +17,12 @@ __all__ = [
     "Breakdown",
     "Report",
     "rank",
-    "without_restatements",
-    "fold_restatements",
+    "rank_key",
     "exit_code_for",
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 class ExitCode:
@@ -120,43 +119,15 @@ def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:
     return ExitCode.OK
 
 
-def without_restatements(findings: Sequence[Finding]) -> list[Finding]:
-    """Drop a restating finding whose cause a checklist finding already reports.
+def rank_key(f: Finding) -> tuple[int, float, str, str]:
+    """Sort key of a finding: severity, then impact weighted by confidence, then checklist order.
 
-    The differential diagnosis confirms causes that checklist checks may already have named
-    (a cold start is both LD301 and a confirmed hypothesis): the checklist finding stays, and the
-    diagnosis's chain of evidence remains in the report's diagnosis section.
+    A finding with others folded under it ranks at least where the best ranked of them would.
     """
-    direct = {f.cause for f in findings if f.cause and not f.restatement}
-    return [f for f in findings if not (f.restatement and f.cause in direct)]
-
-
-def fold_restatements(outcomes: Sequence[CheckOutcome]) -> list[Finding]:
-    """All findings of `outcomes` without restatements; each check that lost one says so.
-
-    A check whose only findings were restatements counts as passed, with the reason naming the
-    check that reports its cause, so the checks' tally agrees with the findings listed.
-    """
-    findings = [f for o in outcomes for f in o.findings]
-    kept = without_restatements(findings)
-    kept_ids = {id(f) for f in kept}
-    reporter = {f.cause: f.check_id for f in findings if f.cause and not f.restatement}
-    for outcome in outcomes:
-        dropped = [f for f in outcome.findings if id(f) not in kept_ids]
-        if not dropped:
-            continue
-        outcome.findings = [f for f in outcome.findings if id(f) in kept_ids]
-        outcome.reason = "; ".join(f"{f.cause} is already reported by {reporter[f.cause]}" for f in dropped)
-        if not outcome.findings:
-            outcome.status = Status.PASSED
-    return kept
+    weighted = (f.impact_ms or 0.0) * f.confidence.weight
+    return min([(f.severity.rank, -weighted, f.check_id, f.title), *(rank_key(s) for s in f.supporting)])
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:
     """Deterministic order: severity, then impact weighted by confidence, then checklist order."""
-
-    def key(f: Finding) -> tuple[int, float, str, str]:
-        weighted = (f.impact_ms or 0.0) * f.confidence.weight
-        return (f.severity.rank, -weighted, f.check_id, f.title)
-
-    return sorted(findings, key=key)
+    return sorted(findings, key=rank_key)

@@ -1,15 +1,28 @@
-"""Ranking and de-duplication of findings: deterministic, one cause listed once."""
+"""Ranking and folding of findings: deterministic, one cause listed once, above its symptoms."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
+from llmdoctor.causes import Cause, Symptom
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
-from llmdoctor.report import exit_code_for, rank, without_restatements
+from llmdoctor.folding import fold, fold_outcomes
+from llmdoctor.report import exit_code_for, rank
+from llmdoctor.runner import CheckOutcome, Status
 
 
 def _f(check_id: str, severity: Severity = Severity.WARNING, impact: float | None = 100.0,
-       confidence: Confidence = Confidence.HIGH, cause: str = "", restatement: bool = False) -> Finding:
+       confidence: Confidence = Confidence.HIGH, cause: str = "", restatement: bool = False,
+       symptom: str = "") -> Finding:
     return Finding(severity, confidence, f"title {check_id}", "message", Fix("fix"), impact_ms=impact,
-                   cause=cause, restatement=restatement, check_id=check_id)
+                   cause=cause or None, symptom=symptom or None, restatement=restatement, check_id=check_id)
+
+
+def _listed(findings: list[Finding]) -> list[tuple[str, list[str]]]:
+    """(check id, [check ids folded under it]) for each listed finding, in rank order."""
+    return [(f.check_id, [s.check_id for s in f.supporting]) for f in findings]
 
 
 def test_rank_orders_by_severity_then_weighted_impact_then_checklist_order() -> None:
@@ -24,12 +37,15 @@ def test_rank_orders_by_severity_then_weighted_impact_then_checklist_order() -> 
     assert rank(list(reversed(findings))) == rank(findings)
 
 
-def test_a_restated_cause_yields_to_the_checklist_finding() -> None:
+def test_a_restated_cause_folds_under_the_checklist_finding() -> None:
     checklist = _f("LD301", cause="cold_start")
     restated = _f("LD720", impact=1200, cause="cold_start", restatement=True)
     other = _f("LD720", impact=50, cause="queueing", restatement=True)
-    kept = without_restatements([restated, checklist, other])
-    assert [f.check_id for f in kept] == ["LD301", "LD720"] and kept[1].cause == "queueing"
+    listed = fold([restated, checklist, other])
+    # the checklist finding carries the ranking, with the diagnosis's confirmation as its evidence
+    assert _listed(listed) == [("LD301", ["LD720"]), ("LD720", [])] and listed[1].cause == Cause.QUEUEING
+    top = listed[0]
+    assert top.impact_ms == 1200 and top.own == (Severity.WARNING, 100.0) and "from LD720" in top.impact_basis
 
 
 def test_exit_codes_follow_fail_on() -> None:
@@ -48,14 +64,80 @@ def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
     assert fit_summary(Breakdown(label="x", total_ms=10.0)) is None
 
 
-def test_folding_a_restatement_keeps_the_checks_tally_consistent() -> None:
-    from llmdoctor.report import fold_restatements
-    from llmdoctor.runner import CheckOutcome, Status
-
+def test_folding_keeps_the_checks_tally_consistent() -> None:
     direct = CheckOutcome("LD301", "cold-start", "t", "cold_start", Status.FAILED, [_f("LD301", cause="cold_start")])
     restated = CheckOutcome("LD720", "confirmed-cause", "t", "baseline", Status.FAILED,
                             [_f("LD720", cause="cold_start", restatement=True)])
-    kept = fold_restatements([direct, restated])
-    assert [f.check_id for f in kept] == ["LD301"]
-    assert restated.status == Status.PASSED and restated.findings == []
-    assert restated.reason == "cold_start is already reported by LD301"
+    listed = fold_outcomes([direct, restated])
+    assert _listed(listed) == [("LD301", ["LD720"])]
+    # the restating check found something, and says where it is listed
+    assert restated.status == Status.FAILED and restated.findings == list(listed[0].supporting)
+    assert restated.reason == "listed under LD301 (cold_start)"
+    assert direct.findings == listed and direct.reason == ""
+
+
+def test_a_cause_ranks_above_its_own_symptoms() -> None:
+    """The real-vLLM case: the queue finding used to rank third, behind the floor and the fixed cost."""
+    floor = _f("LD701", Severity.CRITICAL, impact=2100, symptom="high_floor")
+    fixed = _f("LD702", impact=1800, symptom="fixed_cost")
+    queue = _f("LD203", impact=1500, confidence=Confidence.MEDIUM, cause="queueing")
+    unrelated = _f("LD602", impact=1700, cause="no_streaming")
+    before = [floor, fixed, unrelated, queue]
+    assert [f.check_id for f in rank(before)] == ["LD701", "LD702", "LD602", "LD203"]
+    listed = fold(before)
+    assert _listed(listed) == [("LD203", ["LD701", "LD702"]), ("LD602", [])]
+    top = listed[0]
+    # the group takes the worst severity and the largest impact: the exit code does not move
+    assert top.severity == Severity.CRITICAL and top.impact_ms == 2100
+    assert top.own == (Severity.WARNING, 1500) and top.supporting[0] is floor
+    assert exit_code_for(listed) == exit_code_for(before) == 2
+    assert exit_code_for(listed, "critical") == exit_code_for(before, "critical")
+
+
+def test_a_less_certain_cause_still_ranks_where_its_symptom_would() -> None:
+    queue = _f("LD203", impact=500, confidence=Confidence.LOW, cause="queueing")
+    floor = _f("LD701", impact=600, symptom="high_floor")
+    streaming = _f("LD602", impact=550, cause="no_streaming")
+    assert _listed(fold([streaming, queue, floor])) == [("LD203", ["LD701"]), ("LD602", [])]
+
+
+def test_a_cause_too_small_for_the_symptom_does_not_explain_it() -> None:
+    handshake = _f("LD407", impact=5, cause="no_keepalive")
+    fixed = _f("LD702", impact=450, symptom="fixed_cost")
+    assert _listed(fold([handshake, fixed])) == [("LD702", []), ("LD407", [])]
+    # an unmeasured cause cannot show it explains a measured symptom; an unmeasured symptom folds by kind
+    busy = _f("LD208", impact=None, cause="host_pressure")
+    assert _listed(fold([busy, fixed])) == [("LD702", []), ("LD208", [])]
+    per_token = _f("LD710", Severity.CRITICAL, impact=None, symptom="slow_per_token")
+    assert _listed(fold([_f("LD703", impact=900, cause="slow_decode"), per_token])) == [("LD703", ["LD710"])]
+
+
+def test_a_symptom_of_two_causes_folds_under_the_better_ranked_one_in_any_order() -> None:
+    rtt = _f("LD406", impact=300, cause="slow_network")
+    queue = _f("LD203", impact=400, cause="queueing")
+    floor = _f("LD701", impact=600, symptom="high_floor")
+    setup = _f("LD401", impact=250, symptom="slow_connection_setup")
+    decode = _f("LD703", impact=200, cause="slow_decode")  # explains a floor, but too small for this one
+    alone = _f("LD710", impact=90, symptom="slow_first_token", confidence=Confidence.LOW)
+    findings = [rtt, queue, floor, setup, decode, alone]
+    expected = [("LD203", ["LD701", "LD710"]), ("LD406", ["LD401"]), ("LD703", [])]
+    for seed in range(10):
+        random.Random(seed).shuffle(findings)
+        assert _listed(fold(findings)) == expected
+
+
+def test_a_symptom_no_cause_explains_stays_a_finding_of_its_own() -> None:
+    fixed = _f("LD702", impact=450, symptom="fixed_cost")
+    cold = _f("LD301", impact=1200, cause="cold_start")  # a cold start does not explain the warm floor
+    assert _listed(fold([fixed, cold])) == [("LD301", []), ("LD702", [])]
+
+
+def test_causes_and_symptoms_are_a_closed_set() -> None:
+    with pytest.raises(ValueError):
+        _f("LD999", cause="slowness")
+    with pytest.raises(ValueError):
+        _f("LD999", symptom="sluggish")
+    with pytest.raises(ValueError):
+        _f("LD999", cause="queueing", symptom="high_floor")
+    assert _f("LD203", cause="queueing").cause is Cause.QUEUEING
+    assert _f("LD701", symptom="high_floor").symptom is Symptom.HIGH_FLOOR

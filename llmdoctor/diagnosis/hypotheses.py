@@ -1,9 +1,14 @@
-"""The candidate causes of high latency the doctor tells apart, with their remedies."""
+"""The candidate causes of high latency the doctor tells apart, with their remedies.
+
+Each hypothesis is a cause of the closed set (`llmdoctor.causes`): its id and title are the cause's,
+so a confirmed hypothesis and a checklist finding of the same cause are one cause in the report.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.scoring import PRIOR, PRIOR_SECONDARY
 
 __all__ = ["Hypothesis", "HYPOTHESES", "BY_ID"]
@@ -11,18 +16,27 @@ __all__ = ["Hypothesis", "HYPOTHESES", "BY_ID"]
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """A cause: id, title, prior probability and the fix to apply when it is confirmed."""
+    """A cause with its prior probability and the fix to apply when it is confirmed."""
 
-    id: str
-    title: str
+    cause: Cause
     fix: str
     steps: tuple[str, ...]
     prior: float = PRIOR
 
+    @property
+    def id(self) -> str:
+        """The cause's id (the string the evidence rules and the JSON use)."""
+        return self.cause.value
+
+    @property
+    def title(self) -> str:
+        """The cause's title."""
+        return self.cause.label
+
 
 HYPOTHESES: tuple[Hypothesis, ...] = (
     Hypothesis(
-        "queueing", "Queueing at the server",
+        Cause.QUEUEING,
         "Give the server more parallel capacity, or send it less at once.",
         ("Raise the batch/concurrency limit (vLLM --max-num-seqs, TGI --max-batch-total-tokens, "
          "llama.cpp --parallel) if memory allows; use a continuous-batching backend.",
@@ -30,40 +44,40 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
          "Watch the queue (vllm:num_requests_waiting, request_queue_time_seconds) after the change."),
     ),
     Hypothesis(
-        "long_prefill", "Slow prefill (prompt processing)",
+        Cause.LONG_PREFILL,
         "Make prompt tokens cheaper, or send fewer of them.",
         ("Trim the prompt: shorter system prompt, fewer few-shot examples, retrieved context cut to what helps.",
          "Enable prefix caching (vLLM --enable-prefix-caching) so shared prefixes are computed once.",
          "Use chunked prefill, a faster GPU or a smaller/quantized model for latency-critical paths."),
     ),
     Hypothesis(
-        "slow_decode", "Slow decode (per output token)",
+        Cause.SLOW_DECODE,
         "Make each output token cheaper, or generate fewer.",
         ("Use a quantized or smaller model, or a GPU with more memory bandwidth.",
          "Lower concurrent sequences per GPU if latency matters more than throughput; try speculative decoding.",
          "Cap max_tokens and add stop sequences for short answers."),
     ),
     Hypothesis(
-        "cold_start", "Cold start / scale-to-zero",
+        Cause.COLD_START,
         "Keep the model loaded and warm.",
         ("Keep a minimum of one warm replica (no scale to zero); raise Ollama's keep_alive.",
          "Send a warm-up request after each start or deploy, before taking traffic.",
          "Cut load time: quantized weights, local NVMe cache of the weights, pre-compiled kernels."),
     ),
     Hypothesis(
-        "no_keepalive", "New connection for every request (no keep-alive)",
+        Cause.NO_KEEPALIVE,
         "Reuse connections.",
         ("Use one long-lived HTTP client with a connection pool (httpx.Client, requests.Session).",
          "Make the server and any proxy keep connections open (no 'Connection: close'; raise idle timeouts)."),
     ),
     Hypothesis(
-        "slow_network", "Slow network path",
+        Cause.SLOW_NETWORK,
         "Bring the client and the server closer, or pay the round trip less often.",
         ("Deploy the client in the server's region/zone; avoid hair-pinning through distant gateways.",
          "Stream, reuse connections and batch small requests so round trips are paid less often."),
     ),
     Hypothesis(
-        "server_floor", "Fixed per-request server overhead (slow floor)",
+        Cause.SERVER_FLOOR,
         "Find and cut the fixed work done on every request.",
         ("Profile the serving stack: gateway/auth hops, tokenization, scheduler tick, CPU-bound pre/post-processing.",
          "Check the server is not saturated (GPU/CPU pinned, other tenants); a continuous-batching backend "
@@ -71,7 +85,7 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
          "Merge small requests or cache frequent answers: a fixed cost is paid per request."),
     ),
     Hypothesis(
-        "prefix_cache_miss", "Prefix cache not used",
+        Cause.PREFIX_CACHE_MISS,
         "Enable prefix caching and keep shared prompt prefixes identical.",
         ("vLLM --enable-prefix-caching; SGLang RadixAttention is on by default; llama.cpp cache_prompt.",
          "Put the stable part of the prompt (system prompt, tools, documents) first and byte-identical."),

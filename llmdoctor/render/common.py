@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from llmdoctor.findings import Finding
 from llmdoctor.report import Breakdown
 
-__all__ = ["format_ms", "fit_summary", "format_evidence", "requests_line"]
+__all__ = ["format_ms", "fit_summary", "format_evidence", "requests_line", "names_line", "supporting_line"]
 
 
 def requests_line(sent: int, budget: int) -> str:
@@ -51,3 +52,23 @@ def fit_summary(b: Breakdown) -> str | None:
         f"Flat-latency fit: fixed {shown} + {b.per_token_ms:.2f} ms/token → "
         f"a {n}-token answer ≈ {format_ms(predicted)} ({share:.0%} fixed)"
     )
+
+
+def names_line(f: Finding) -> str:
+    """What a listed finding names: ``Cause: Queueing at the server — explains …``, or its symptom, or ``""``.
+
+    The ``Cause:`` line appears once per cause in a report: the findings folded under it do not repeat it.
+    """
+    if f.cause is not None:
+        explained = list(dict.fromkeys(s.symptom.label for s in f.supporting if s.symptom))
+        return f"Cause: {f.cause.label}" + (f" — explains {', '.join(explained)}" if explained else "")
+    if f.symptom is not None:
+        return f"Symptom: {f.symptom.label} — no cause found in this run explains it"
+    return ""
+
+
+def supporting_line(s: Finding) -> str:
+    """One folded finding: ``LD701 warning: High latency floor … · ~550 ms`` (``· same cause`` for a
+    finding of the cause it is folded under; the symptoms are named on the cause's line)."""
+    impact = f" · ~{format_ms(s.impact_ms)}" if s.impact_ms is not None else ""
+    return f"{s.check_id} {s.severity.value}: {s.title}{impact}" + (" · same cause" if s.cause else "")

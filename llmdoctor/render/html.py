@@ -14,7 +14,7 @@ from typing import Any
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import format_evidence, requests_line
+from llmdoctor.render.common import format_evidence, names_line, requests_line, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -96,11 +96,16 @@ def _finding(rank: int, f: Finding) -> str:
     )
     steps = "".join(f"<li>{_e(s)}</li>" for s in f.fix.steps)
     color = _SEVERITY_COLOR[f.severity.value]
+    named = names_line(f)
+    supporting = "".join(f"<li>{_e(supporting_line(s))}</li>" for s in f.supporting)
     return (
         f'<section class="finding"><h3><span class="sev" style="background:{color}">'
         f"{_e(f.severity.value.upper())}</span> {rank}. {_e(f.check_id)} — {_e(f.title)}</h3>"
-        f"<p>{_e(f.message)}</p><p class=dim>Impact {impact} · confidence {_e(f.confidence.value)}</p>"
+        + (f'<p class="{"cause" if f.cause else "symptom"}">{_e(named)}</p>' if named else "")
+        + f"<p>{_e(f.message)}</p><p class=dim>Impact {impact} · confidence {_e(f.confidence.value)}</p>"
         + (f"<p class=dim>Evidence: {evidence}</p>" if evidence else "")
+        + (f"<p>Supporting findings, folded under this one:</p><ul class=supporting>{supporting}</ul>"
+           if supporting else "")
         + f"<p><b>Fix:</b> {_e(f.fix.summary)}</p>"
         + (f"<ul>{steps}</ul>" if steps else "")
         + f"<p class=dim>Docs: <code>{_e(f.docs)}</code></p></section>"
@@ -113,6 +118,7 @@ h1{font-size:1.5em} .status{color:#fff;padding:2px 10px;border-radius:4px}
 .dim{color:#4a5568;font-size:.92em} .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:.8em}
 table{border-collapse:collapse;width:100%} td,th{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left}
 .finding{border-left:3px solid #cbd5e0;padding-left:12px;margin:14px 0} .chart{margin:18px 0}
+.cause{font-weight:600} .supporting{color:#4a5568;font-size:.92em}
 """
 
 
@@ -159,12 +165,13 @@ def render_html(report: Report) -> str:
         parts.append("<p class=dim>No latency breakdown: the baseline probe did not run or failed.</p>")
     rows = "".join(
         f"<tr><td>{i}</td><td>{_e(f.severity.value)}</td><td>{_e(f.check_id)}</td><td>{_e(f.title)}</td>"
-        f"<td>{'' if f.impact_ms is None else f'{f.impact_ms:,.0f} ms'}</td><td>{_e(f.confidence.value)}</td></tr>"
+        f"<td>{'' if f.impact_ms is None else f'{f.impact_ms:,.0f} ms'}</td><td>{_e(f.confidence.value)}</td>"
+        f"<td>{_e(f.cause.value if f.cause else '')}</td></tr>"
         for i, f in enumerate(report.findings, 1)
     )
     findings = (
         f"<h2>Diagnosis — {len(report.findings)} finding(s), most costly first</h2>"
-        f"<table><tr><th>#</th><th>Severity</th><th>Check</th><th>Finding</th><th>Impact</th><th>Confidence</th></tr>"
+        f"<table><tr><th>#</th><th>Severity</th><th>Check</th><th>Finding</th><th>Impact</th><th>Confidence</th><th>Cause</th></tr>"
         f"{rows}</table>" + "".join(_finding(i, f) for i, f in enumerate(report.findings, 1))
         if report.findings else "<h2>Diagnosis — no findings: nothing in the checklist fired.</h2>"
     )

@@ -32,9 +32,9 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     return {"label": e.label, "value": value, "unit": e.unit, "source": e.source}
 
 
-def _finding(f: Finding, rank: int) -> dict[str, Any]:
+def _finding_fields(f: Finding) -> dict[str, Any]:
+    own_severity, own_impact = f.own
     return {
-        "rank": rank,
         "check_id": f.check_id,
         "category": f.category,
         "severity": f.severity.value,
@@ -43,11 +43,34 @@ def _finding(f: Finding, rank: int) -> dict[str, Any]:
         "message": f.message,
         "impact_ms": _round(f.impact_ms),
         "impact_basis": f.impact_basis,
-        "cause": f.cause,
+        "cause": f.cause.value if f.cause else "",
+        "symptom": f.symptom.value if f.symptom else "",
+        "symptoms": _explained(f),
+        "own_severity": own_severity.value,
+        "own_impact_ms": _round(own_impact),
         "evidence": [_evidence(e) for e in f.evidence],
         "fix": {"summary": f.fix.summary, "steps": list(f.fix.steps)},
         "docs": f.docs,
+        "supporting": [_finding_fields(s) for s in f.supporting],
     }
+
+
+def _explained(f: Finding) -> list[str]:
+    """The symptoms the findings folded under `f` show, in their order, once each."""
+    return list(dict.fromkeys(s.symptom.value for s in f.supporting if s.symptom))
+
+
+def _finding(f: Finding, rank: int) -> dict[str, Any]:
+    return {"rank": rank, **_finding_fields(f)}
+
+
+def _causes(report: Report) -> list[dict[str, Any]]:
+    """Each cause the report names, once, in rank order, with the finding that carries it."""
+    return [
+        {"id": f.cause.value, "title": f.cause.label, "kind": f.cause.spec.kind.value, "rank": i,
+         "check_id": f.check_id, "symptoms": _explained(f)}
+        for i, f in enumerate(report.findings, 1) if f.cause is not None
+    ]
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -89,6 +112,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "breakdown": breakdown,
         "diagnosis": diagnosis_to_dict(report.diagnosis),
         "findings": [_finding(f, i + 1) for i, f in enumerate(report.findings)],
+        "causes": _causes(report),
         "checks": [
             {
                 "check_id": o.check_id,

@@ -12,7 +12,7 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms, requests_line
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -66,12 +66,26 @@ def _finding(rank: int, f: Finding) -> list[str]:
         "",
         f"- **Impact:** {_esc(impact)} · confidence {f.confidence.value}",
     ]
+    named = names_line(f)
+    if named:
+        kind, _, text = named.partition(": ")
+        lines.insert(4, f"- **{kind}:** {_esc(text)}")
     if f.evidence:
         lines.append(f"- **Evidence:** {_esc(_evidence(f))}")
+    if f.supporting:
+        lines.append("- **Supporting findings**, folded under this one:")
+        lines += [f"  - {_esc(supporting_line(s))}" for s in f.supporting]
     lines.append(f"- **Fix:** {_esc(f.fix.summary)}")
     lines += [f"  - {_esc(step)}" for step in f.fix.steps]
     lines.append(f"- **Docs:** `{f.docs}`")
     return lines + [""]
+
+
+def _cause_cell(f: Finding) -> str:
+    """The table's cause column: the cause's id (and how many findings fold under it), or the symptom."""
+    if f.cause is not None:
+        return f"`{f.cause.value}`" + (f" (+{len(f.supporting)} folded)" if f.supporting else "")
+    return f"symptom `{f.symptom.value}`" if f.symptom is not None else ""
 
 
 def _diagnosis(d: Diagnosis) -> list[str]:
@@ -109,10 +123,10 @@ def render_markdown(report: Report) -> str:
         lines += _diagnosis(report.diagnosis)
     if report.findings:
         lines += [f"## Diagnosis — {len(report.findings)} finding(s), most costly first", ""]
-        lines += ["| # | Severity | Check | Finding | Impact | Confidence |", "|---:|---|---|---|---:|---|"]
+        lines += ["| # | Severity | Check | Finding | Impact | Confidence | Cause |", "|---:|---|---|---|---:|---|---|"]
         for i, f in enumerate(report.findings, 1):
             lines.append(f"| {i} | {f.severity.value} | {f.check_id} | {_esc(f.title)} | {_ms(f.impact_ms)} | "
-                         f"{f.confidence.value} |")
+                         f"{f.confidence.value} | {_esc(_cause_cell(f))} |")
         lines.append("")
         for i, f in enumerate(report.findings, 1):
             lines += _finding(i, f)

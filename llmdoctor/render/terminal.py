@@ -13,7 +13,7 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms, requests_line
+from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -68,6 +68,9 @@ def _finding(console: Console, rank: int, f: Finding) -> None:
         (f.title, "bold"),
     )
     console.print(head)
+    named = names_line(f)
+    if named:
+        _indented(console, Text(named, style="bold" if f.cause else ""))
     impact = f"impact ~{_ms(f.impact_ms)} ({f.impact_basis})" if f.impact_ms is not None else "impact not estimated"
     _indented(console, f"{impact} · confidence {f.confidence.value}", style="dim")
     _indented(console, f.message)
@@ -76,6 +79,10 @@ def _finding(console: Console, rank: int, f: Finding) -> None:
         for e in f.evidence:
             parts.append(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
         _indented(console, "Evidence: " + "; ".join(parts), style="dim")
+    if f.supporting:
+        _indented(console, "Supporting findings, folded under this one:")
+        for s in f.supporting:
+            _indented(console, f"- {supporting_line(s)}", indent=8)
     _indented(console, Text.assemble(("Fix: ", "bold green"), f.fix.summary))
     for step in f.fix.steps:
         _indented(console, f"- {step}", indent=8)

@@ -115,8 +115,8 @@ PROFILES: dict[str, LatencyProfile] = {
         _profile("healthy", "A well-behaved endpoint: small floor, fast prefill and decode.", **_HEALTHY),
         _profile(
             "slow-floor",
-            "Flat latency dominated by a 450 ms per-request floor.",
-            fixed_ms=450.0,
+            "Flat latency dominated by a 500 ms per-request floor.",
+            fixed_ms=500.0,
             per_prompt_token_ms=0.05,
             per_output_token_ms=6.0,
         ),

@@ -1,0 +1,196 @@
+"""The closed set of causes and of the symptoms they explain.
+
+A *cause* is what a user changes: queueing at the server, a cold start, no keep-alive, a prompt that
+does not fit the window. A *symptom* is what a measurement shows without saying why: a high "Say ok."
+floor, a large fixed cost in the flat-latency fit, an objective breached. Checks that find a cause name
+it (``Finding.cause``); checks that measure a symptom name that (``Finding.symptom``); the differential
+diagnosis's hypotheses are causes of this set. The report lists each cause once: the other findings
+of the same cause, and the symptoms it explains, fold under it as its supporting evidence
+(`llmdoctor.folding`).
+
+Two kinds of cause: ``latency`` (requests are slow) and ``failure`` (requests fail or are rejected:
+an unreachable or misconfigured endpoint, server errors, a prompt over the window, a malformed
+message array, client limits, rate limiting). Failure causes explain no latency symptom. Findings that
+are neither a cause nor a symptom are hygiene (an unusual role order, text sent as part arrays): they
+name nothing and stay findings of their own.
+
+The ids are the strings of the JSON ``cause`` / ``symptom`` fields: stable, never renamed (a new one
+is a schema minor version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "Cause",
+    "CauseSpec",
+    "CAUSES",
+    "EXPLAINS_SHARE",
+    "Kind",
+    "Symptom",
+    "SYMPTOM_TITLES",
+    "symptom_of_metric",
+]
+
+#: A cause explains a symptom only when its own measured cost is at least this share of the
+#: symptom's (when both are measured): a 5 ms handshake does not explain a 450 ms fixed cost.
+EXPLAINS_SHARE = 0.5
+
+
+class Symptom(str, Enum):
+    """What a measurement shows without naming why (closed set; the value is the JSON id)."""
+
+    HIGH_FLOOR = "high_floor"
+    UNSTABLE_FLOOR = "unstable_floor"
+    FIXED_COST = "fixed_cost"
+    SLOW_FIRST_TOKEN = "slow_first_token"
+    SLOW_PER_TOKEN = "slow_per_token"
+    SLOW_CONNECTION_SETUP = "slow_connection_setup"
+
+    @property
+    def label(self) -> str:
+        """How the report names the symptom (``title`` would shadow `str.title`)."""
+        return SYMPTOM_TITLES[self]
+
+
+SYMPTOM_TITLES: dict[Symptom, str] = {
+    Symptom.HIGH_FLOOR: "high latency floor",
+    Symptom.UNSTABLE_FLOOR: "unstable floor",
+    Symptom.FIXED_COST: "large fixed cost per request",
+    Symptom.SLOW_FIRST_TOKEN: "slow time to first token",
+    Symptom.SLOW_PER_TOKEN: "high cost per output token",
+    Symptom.SLOW_CONNECTION_SETUP: "slow connection set-up",
+}
+
+
+class Kind(str, Enum):
+    """Whether a cause makes requests slow or makes them fail."""
+
+    LATENCY = "latency"
+    FAILURE = "failure"
+
+
+class Cause(str, Enum):
+    """Why requests are slow, or why they fail (closed set; the value is the JSON id)."""
+
+    COLD_START = "cold_start"
+    QUEUEING = "queueing"
+    SERVER_FLOOR = "server_floor"
+    LONG_PREFILL = "long_prefill"
+    PREFIX_CACHE_MISS = "prefix_cache_miss"
+    SLOW_DECODE = "slow_decode"
+    LONG_OUTPUT = "long_output"
+    DECODE_EXTRAS = "decode_extras"
+    NO_STREAMING = "no_streaming"
+    NO_KEEPALIVE = "no_keepalive"
+    SLOW_NETWORK = "slow_network"
+    SLOW_DNS = "slow_dns"
+    SLOW_TLS = "slow_tls"
+    IPV6_FALLBACK = "ipv6_fallback"
+    GATEWAY_OVERHEAD = "gateway_overhead"
+    HELD_BACK_STREAM = "held_back_stream"
+    REPLICA_IMBALANCE = "replica_imbalance"
+    KV_CACHE_PRESSURE = "kv_cache_pressure"
+    GPU_SATURATION = "gpu_saturation"
+    GPU_MEMORY = "gpu_memory"
+    HOST_PRESSURE = "host_pressure"
+    RATE_LIMITING = "rate_limiting"
+    ENDPOINT_UNREACHABLE = "endpoint_unreachable"
+    ENDPOINT_MISCONFIGURED = "endpoint_misconfigured"
+    SERVER_ERRORS = "server_errors"
+    OVERSIZED_PROMPT = "oversized_prompt"
+    MALFORMED_REQUEST = "malformed_request"
+    CLIENT_LIMITS = "client_limits"
+
+    @property
+    def spec(self) -> CauseSpec:
+        """Title, kind and the symptoms this cause explains."""
+        return CAUSES[self]
+
+    @property
+    def label(self) -> str:
+        """How the report names the cause: its title (``title`` would shadow `str.title`)."""
+        return CAUSES[self].title
+
+
+@dataclass(frozen=True)
+class CauseSpec:
+    """One cause: its title, its kind and the symptoms it can explain."""
+
+    title: str
+    kind: Kind
+    explains: frozenset[Symptom] = frozenset()
+
+    def can_explain(self, symptom: Symptom) -> bool:
+        """True when a measurement of `symptom` may be this cause showing."""
+        return symptom in self.explains
+
+
+def _latency(title: str, *explains: Symptom) -> CauseSpec:
+    return CauseSpec(title, Kind.LATENCY, frozenset(explains))
+
+
+def _failure(title: str, *explains: Symptom) -> CauseSpec:
+    return CauseSpec(title, Kind.FAILURE, frozenset(explains))
+
+
+_S = Symptom
+# Time spent on every request before or around the model's work: the floor, the fit's intercept and
+# the first token all carry it.
+_PER_REQUEST = (_S.HIGH_FLOOR, _S.FIXED_COST, _S.SLOW_FIRST_TOKEN)
+# Waiting for a busy server: the same, and identical requests wait differently long.
+_WAITING = (*_PER_REQUEST, _S.UNSTABLE_FLOOR)
+
+#: Every cause, in the order `Cause` lists them. The hypotheses' titles are these titles.
+CAUSES: dict[Cause, CauseSpec] = {
+    Cause.COLD_START: _latency("Cold start / scale-to-zero"),
+    Cause.QUEUEING: _latency("Queueing at the server", *_WAITING),
+    Cause.SERVER_FLOOR: _latency("Fixed per-request server overhead (slow floor)", *_PER_REQUEST),
+    Cause.LONG_PREFILL: _latency("Slow prefill (prompt processing)"),
+    Cause.PREFIX_CACHE_MISS: _latency("Prefix cache not used"),
+    Cause.SLOW_DECODE: _latency("Slow decode (per output token)", _S.HIGH_FLOOR, _S.SLOW_PER_TOKEN),
+    Cause.LONG_OUTPUT: _latency("More output tokens than the answer needs"),
+    Cause.DECODE_EXTRAS: _latency("Extra work per output token (logprobs, sampling)"),
+    Cause.NO_STREAMING: _latency("Responses not streamed"),
+    Cause.NO_KEEPALIVE: _latency("New connection for every request (no keep-alive)",
+                                 _S.SLOW_CONNECTION_SETUP, *_PER_REQUEST),
+    Cause.SLOW_NETWORK: _latency("Slow network path", _S.SLOW_CONNECTION_SETUP, *_PER_REQUEST),
+    Cause.SLOW_DNS: _latency("Slow DNS resolution", _S.SLOW_CONNECTION_SETUP),
+    Cause.SLOW_TLS: _latency("Slow TLS handshake", _S.SLOW_CONNECTION_SETUP),
+    Cause.IPV6_FALLBACK: _latency("IPv6 addresses that do not connect (fallback delay)", _S.SLOW_CONNECTION_SETUP),
+    Cause.GATEWAY_OVERHEAD: _latency("Time in front of the model server (gateway, proxy)", *_PER_REQUEST),
+    Cause.HELD_BACK_STREAM: _latency("Stream held back by a buffering proxy", _S.HIGH_FLOOR, _S.SLOW_FIRST_TOKEN),
+    Cause.REPLICA_IMBALANCE: _latency("One replica slower than the others", _S.HIGH_FLOOR, _S.UNSTABLE_FLOOR),
+    Cause.KV_CACHE_PRESSURE: _latency("KV-cache pressure and preemption", *_WAITING),
+    Cause.GPU_SATURATION: _latency("GPU saturated", *_WAITING, _S.SLOW_PER_TOKEN),
+    Cause.GPU_MEMORY: _latency("GPU memory nearly full"),
+    Cause.HOST_PRESSURE: _latency("Host CPU or memory pressure", *_WAITING, _S.SLOW_PER_TOKEN),
+    Cause.RATE_LIMITING: _failure("Rate limiting (HTTP 429)", _S.UNSTABLE_FLOOR),
+    Cause.ENDPOINT_UNREACHABLE: _failure("Endpoint unreachable (refused, DNS, TLS, timeout)"),
+    Cause.ENDPOINT_MISCONFIGURED: _failure("Endpoint, credentials or model misconfigured"),
+    Cause.SERVER_ERRORS: _failure("Server errors (5xx, crashes, OOM, cut streams)"),
+    Cause.OVERSIZED_PROMPT: _failure("Prompt does not fit the context window"),
+    Cause.MALFORMED_REQUEST: _failure("Malformed chat request"),
+    Cause.CLIENT_LIMITS: _failure("Client limits (open files, ephemeral ports)"),
+}
+
+#: The gate's metrics (``--slo``, ``--compare``) and the symptom a breach or regression of each shows.
+_METRIC_SYMPTOMS: dict[str, Symptom] = {
+    "ttft": Symptom.SLOW_FIRST_TOKEN,
+    "total": Symptom.HIGH_FLOOR,
+    "fixed_cost": Symptom.FIXED_COST,
+    "per_token": Symptom.SLOW_PER_TOKEN,
+}
+
+
+def symptom_of_metric(metric: str) -> Symptom:
+    """The symptom an objective breached or a regression of `metric` shows (``ttft_p90``, ``total``, ...).
+
+    The baseline's latencies are those of the minimal "Say ok." request: its total is the floor.
+    """
+    for prefix, symptom in _METRIC_SYMPTOMS.items():
+        if metric == prefix or metric.startswith(prefix + "_"):
+            return symptom
+    raise KeyError(f"no symptom for metric {metric!r}")

@@ -1,0 +1,227 @@
+"""Causes are a closed set, and every report lists each cause once, above the symptoms it explains.
+
+Every simulator profile is diagnosed once, live (in parallel: the simulator's latencies are waits, not
+work), and its recording is replayed in each output format: replay is fast, live runs are not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmdoctor.causes import CAUSES, Cause, Kind, Symptom, symptom_of_metric
+from llmdoctor.diagnosis.hypotheses import HYPOTHESES
+from llmdoctor.findings import Confidence, Severity
+from llmdoctor.gate import METRICS
+from llmdoctor.measures import REGRESSION_METRICS
+from llmdoctor.registry import load_registry
+from llmdoctor.sim.profiles import PROFILES
+from tests.checkcases import case_files, load_case, run_case
+from tests.cliutil import validate_report
+
+FORMATS = ("json", "text", "markdown", "junit", "html")
+# LD102's findings about form alone: they cost nothing and no server rejects them
+HYGIENE = {"System message not at the start", "Unusual role order", "Text sent as content-part arrays"}
+
+
+# -- the closed set --------------------------------------------------------------------------------
+
+def test_every_cause_has_a_title_a_kind_and_only_known_symptoms() -> None:
+    assert set(CAUSES) == set(Cause)
+    titles = [spec.title for spec in CAUSES.values()]
+    assert len(set(titles)) == len(titles) and all(t[0].isupper() for t in titles)
+    for cause, spec in CAUSES.items():
+        assert spec.explains <= set(Symptom)
+        if spec.kind is Kind.FAILURE:
+            assert spec.explains <= {Symptom.UNSTABLE_FLOOR}, cause  # failures explain no latency, bar retries
+    explained = set().union(*(spec.explains for spec in CAUSES.values()))
+    assert explained == set(Symptom), "a symptom no cause can explain would never fold"
+
+
+def test_hypotheses_are_causes_of_the_set() -> None:
+    for h in HYPOTHESES:
+        assert Cause(h.id) is h.cause and h.title == CAUSES[h.cause].title
+
+
+def test_every_gate_metric_shows_a_symptom() -> None:
+    assert symptom_of_metric("ttft_p90") is Symptom.SLOW_FIRST_TOKEN
+    assert symptom_of_metric("total") is Symptom.HIGH_FLOOR
+    for metric in (*METRICS, *REGRESSION_METRICS):
+        assert isinstance(symptom_of_metric(metric), Symptom)
+    with pytest.raises(KeyError):
+        symptom_of_metric("tokens_per_joule")
+
+
+def test_the_schema_lists_the_same_causes_and_symptoms() -> None:
+    schema = json.loads(resources.files("llmdoctor").joinpath("schema/report.schema.json").read_text())
+    assert schema["$defs"]["cause_id"]["enum"] == [c.value for c in Cause]
+    assert schema["$defs"]["symptom_id"]["enum"] == [s.value for s in Symptom]
+
+
+def test_every_firing_fixture_finding_names_a_cause_or_a_symptom() -> None:
+    """Only LD102's hygiene findings name neither; LD701/LD702/LD401/LD710/LD711 are symptoms."""
+    registry = load_registry()
+    named: dict[str, set[str]] = {}
+    for path in case_files():
+        if load_case(path)["expect"]["status"] != "failed":
+            continue
+        check = registry.by_id(path.parent.name)
+        assert check is not None
+        for f in run_case(check, path).findings:
+            what = f.cause.value if f.cause else f.symptom.value if f.symptom else ""
+            assert what or (f.check_id == "LD102" and f.title in HYGIENE), (path.name, f.title)
+            named.setdefault(f.check_id, set()).add(what)
+    symptoms = {cid for cid, whats in named.items() if whats & {s.value for s in Symptom}}
+    assert symptoms == {"LD401", "LD701", "LD702", "LD710", "LD711"}, symptoms
+
+
+# -- every profile, every format -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One live run of every profile (default options, as `llmdoctor demo`), saved for replay."""
+    from llmdoctor.doctor import diagnose
+    from llmdoctor.recording import recording_dict
+    from llmdoctor.sim.server import SimServer
+    from llmdoctor.target import Options, Target
+
+    folder = tmp_path_factory.mktemp("profiles")
+
+    def record(name: str) -> tuple[str, Path]:
+        with SimServer(PROFILES[name]) as server:
+            report, ctx = diagnose(Target(base_url=server.base_url), Options())
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(recording_dict(report, ctx)))
+        return name, path
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        return dict(pool.map(record, PROFILES))
+
+
+@pytest.fixture(scope="module")
+def rendered(recordings: dict[str, Path]) -> dict[tuple[str, str], str]:
+    """(profile, format) -> the report replayed from the recording in that format (`llmdoctor replay`)."""
+    from llmdoctor.cli import main
+
+    out: dict[tuple[str, str], str] = {}
+    for name, path in recordings.items():
+        for fmt in FORMATS:
+            if fmt == "html" and not _has_plotly():
+                continue
+            target = path.with_name(f"{name}-report.{fmt}")
+            with pytest.raises(SystemExit) as exc:
+                main(["replay", str(path), "--format", fmt, "-o", str(target)])
+            assert exc.value.code in (0, 1, 2), (name, fmt)
+            out[name, fmt] = target.read_text()
+    return out
+
+
+def _has_plotly() -> bool:
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_TITLE_TO_ID = {spec.title: cause.value for cause, spec in CAUSES.items()}
+
+
+def _strip(title: str) -> str:
+    return re.sub(r"\s+—.*$", "", title.strip())
+
+
+def listed_causes(fmt: str, out: str) -> list[str]:
+    """The cause ids a report lists as findings, once per listing (repeats kept)."""
+    if fmt == "json":
+        return [f["cause"] for f in json.loads(out)["findings"] if f["cause"]]
+    if fmt == "text":
+        titles = re.findall(r"^\s+Cause: (.+)$", out, re.M)
+    elif fmt == "markdown":
+        titles = re.findall(r"^- \*\*Cause:\*\* (.+)$", out, re.M)
+    elif fmt == "junit":
+        texts = [e.text or "" for e in ET.fromstring(out).iter() if e.tag in ("failure", "system-out")]
+        titles = [m for t in texts for m in re.findall(r"^Cause: (.+)$", t, re.M)]
+    else:
+        import html
+
+        titles = [html.unescape(t) for t in re.findall(r'<p class="cause">Cause: (.*?)</p>', out)]
+    return [_TITLE_TO_ID[_strip(t)] for t in titles]
+
+
+def test_replays_run_in_every_format(rendered: dict[tuple[str, str], str]) -> None:
+    assert {name for name, _ in rendered} == set(PROFILES)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_each_cause_is_listed_once(profile: str, fmt: str, rendered: dict[tuple[str, str], str]) -> None:
+    if fmt == "html":
+        pytest.importorskip("plotly")
+    report = json.loads(rendered[profile, "json"])
+    causes = [c["id"] for c in report["causes"]]
+    listed = listed_causes(fmt, rendered[profile, fmt])
+    repeated = [c for c, n in Counter(listed).items() if n > 1]
+    assert not repeated, (profile, fmt, listed)
+    # ... and none is dropped: every format lists the causes the JSON names
+    assert sorted(listed) == sorted(causes), (profile, fmt)
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_nothing_is_lost_and_causes_rank_above_their_symptoms(profile: str,
+                                                               rendered: dict[tuple[str, str], str]) -> None:
+    report = json.loads(rendered[profile, "json"])
+    validate_report(report)
+    top = report["findings"]
+    produced = sum(c["findings"] for c in report["checks"])
+    assert produced == len(top) + sum(len(f["supporting"]) for f in top), "every finding is listed once"
+
+    def key(f: dict[str, Any]) -> tuple[int, float]:
+        """Where a finding ranks: severity, then weighted impact; a group where its best member would."""
+        own = Severity(f["severity"]).rank, -(f["impact_ms"] or 0.0) * Confidence(f["confidence"]).weight
+        return min([own, *(key(s) for s in f["supporting"])])
+
+    keys = [key(f) for f in top]
+    assert keys == sorted(keys), "findings in rank order, a folded group where its best member would be"
+    for f in top:
+        for s in f["supporting"]:
+            assert s["supporting"] == [] and (s["symptom"] or s["cause"] == f["cause"]), (f["check_id"], s)
+            # the cause takes the worst severity and the largest impact of what it explains
+            assert Severity(f["severity"]).rank <= Severity(s["severity"]).rank, (profile, f["check_id"], s)
+            assert s["impact_ms"] is None or (f["impact_ms"] or 0.0) >= s["impact_ms"], (profile, f["check_id"], s)
+            if s["symptom"]:
+                assert s["symptom"] in f["symptoms"] and f["cause"], "a symptom folds under a cause"
+    # the exit code is the worst listed severity, as before folding
+    severities = {s["own_severity"] for f in top for s in [f, *f["supporting"]]}
+    worst = min(severities, key=lambda v: Severity(v).rank, default=None)
+    assert report["status"] == {"critical": "critical", "warning": "warning", "info": "ok", None: "ok"}[worst]
+
+
+def test_slow_floor_lists_the_floor_cause_once_with_its_symptoms_folded(
+        rendered: dict[tuple[str, str], str]) -> None:
+    report = json.loads(rendered["slow-floor", "json"])
+    floor = [f for f in report["findings"] if f["cause"] == "server_floor"]
+    assert len(floor) == 1 and floor[0]["rank"] == 1, [(f["check_id"], f["cause"]) for f in report["findings"]]
+    folded = {s["check_id"]: s["symptom"] for s in floor[0]["supporting"]}
+    assert folded == {"LD701": "high_floor", "LD702": "fixed_cost"}
+    assert not {"LD701", "LD702"} & {f["check_id"] for f in report["findings"]}
+    assert floor[0]["impact_ms"] >= max(s["impact_ms"] for s in floor[0]["supporting"])
+    text = rendered["slow-floor", "text"]
+    assert text.count("Cause: Fixed per-request server overhead (slow floor)") == 1
+    supporting = text[text.index("Supporting findings, folded under this one:"):]
+    assert "- LD701 warning: High latency floor" in supporting and "- LD702 warning: Flat latency" in supporting
+    assert not re.search(r"^\s*\d+\. \w+\s+LD70[12]", text, re.M), "LD701/LD702 are not listed on their own"
+    suite = ET.fromstring(rendered["slow-floor", "junit"])
+    cases = {c.get("name", "").split()[0]: c for c in suite.iter("testcase")}
+    assert cases["LD720"].find("failure") is not None
+    for check_id in ("LD701", "LD702"):
+        assert cases[check_id].find("failure") is None
+        assert "Folded under LD720" in (cases[check_id].findtext("system-out") or "")
