@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Target", "Options", "TargetError", "normalize_base_url", "display_url"]
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "Options",
+    "Target",
+    "TargetError",
+    "build_target",
+    "display_url",
+    "normalize_base_url",
+    "parse_headers",
+]
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class TargetError(ValueError):
@@ -91,6 +104,36 @@ class Target:
         parts = urlsplit(self.base_url)
         root_path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
         return urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
+
+
+def parse_headers(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--header 'Name: value'`` strings as (name, value) pairs, stripped."""
+    headers = []
+    for raw in values:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise TargetError("--header must look like 'Name: value' (got a value without a colon)")
+        headers.append((name.strip(), value.strip()))
+    return tuple(headers)
+
+
+def build_target(
+    url: str,
+    *,
+    model: str | None = None,
+    api_key_env: str | None = DEFAULT_API_KEY_ENV,
+    headers: tuple[tuple[str, str], ...] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Target:
+    """The one way a `Target` is made from what a user gives: a URL, a model, a key's env var, headers.
+
+    The URL is normalised to its ``/v1`` base (`TargetError` when unusable); the API key is read from
+    the environment variable `api_key_env` (unset or empty: no key; no variable named: no key). Every
+    command (check, fleets, watch, compare) builds its targets here.
+    """
+    env = os.environ if environ is None else environ
+    key = (env.get(api_key_env) or None) if api_key_env else None
+    return Target(base_url=normalize_base_url(url), model=model, api_key=key, headers=headers)
 
 
 @dataclass(frozen=True)
