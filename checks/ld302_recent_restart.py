@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.measures import cold_start_penalty_ms
 
 RECENT_S = 600.0
 EXPIRY_SOON_S = 60.0
@@ -86,7 +87,7 @@ class RecentRestart(Check):
         first, base = ctx.peek("first_request"), ctx.peek("baseline")
         penalty = None
         if first is not None and base is not None and first.ttft_ms is not None and base.ttft_p50_ms:
-            penalty = max(0.0, first.ttft_ms - base.ttft_p50_ms)
+            penalty = max(0.0, cold_start_penalty_ms(first.ttft_ms, first.setup_ms, base.ttft_p50_ms))
         yield Finding(
             Severity.WARNING if penalty and penalty >= 500 else Severity.INFO,
             Confidence.HIGH,

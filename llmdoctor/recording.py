@@ -16,7 +16,7 @@ from llmdoctor.context import Context
 from llmdoctor.redact import Redactor
 from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Options, Target, display_url
 
 __all__ = ["FORMAT", "RecordingError", "recording_dict", "load_recording"]
 
@@ -26,15 +26,6 @@ VERSION = 1
 
 class RecordingError(ValueError):
     """The recording cannot be read (one-line message)."""
-
-
-def _scrub_url(url: str) -> str:
-    """A URL without user:password@ and without a query string (either may hold a token)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _url_secrets(options: Options) -> list[str]:
@@ -55,7 +46,7 @@ def _url_secrets(options: Options) -> list[str]:
 
 def _scrub_options(options: dict[str, Any]) -> dict[str, Any]:
     """Options as saved: URLs given on the command line lose their credentials."""
-    return {k: _scrub_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
+    return {k: display_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
 
 
 def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:

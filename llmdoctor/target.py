@@ -27,11 +27,20 @@ class TargetError(ValueError):
 
 
 def display_url(url: str) -> str:
-    """A URL as it may be printed: user:password@ masked, the query string (a ?token=) dropped.
+    """A URL as it may be printed or saved: user:password@ masked, the query (a ?token=) and fragment dropped.
 
-    Works on text urlsplit rejects too, so an error message can quote it.
+    The one URL scrubber (target, fleets, proxies, recordings). Works on text urlsplit rejects
+    too, so an error message can quote it, and on a URL without a scheme (``user:pw@proxy:3128``).
     """
-    return re.sub(r"//[^/?#@]*@", "//***@", url).partition("?")[0]
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    tail = tail.partition("?")[0].partition("#")[0]
+    return scheme + sep + authority + tail
 
 
 def normalize_base_url(url: str) -> str:

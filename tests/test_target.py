@@ -39,3 +39,13 @@ def test_parse_headers_strips_and_rejects_a_value_without_a_colon() -> None:
         parse_headers(["no colon"])
     with pytest.raises(TargetError):
         parse_headers([": value"])
+
+
+def test_display_url_is_the_one_scrubber() -> None:
+    from llmdoctor.target import display_url
+
+    assert display_url("http://user:pw@h:1/v1?token=x") == "http://***@h:1/v1"
+    assert display_url("https://a@b@c/x#key=1") == "https://***@c/x"  # every userinfo, the fragment too
+    assert display_url("user:pw@proxy:3128") == "***@proxy:3128"  # a proxy variable without a scheme
+    assert display_url("http://[::1") == "http://[::1"  # text urlsplit rejects is quoted as it is
+    assert display_url("http://h:8000/v1") == "http://h:8000/v1"

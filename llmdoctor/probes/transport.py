@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.target import display_url
 
 if TYPE_CHECKING:
     import ssl
@@ -162,25 +162,16 @@ class TransportResult:
         return self.rtt_ms / self.baseline_total_p50_ms
 
 
-def _mask(url: str) -> str:
-    parts = urlsplit(url if "://" in url else "http://" + url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return url
-
-
 def proxy_settings(scheme: str, host: str) -> ProxySettings:
     """The environment's proxy variables (masked) and the proxy, if any, for `scheme://host`."""
     import urllib.request  # here, not at the top: it costs `llmdoctor checks` ~5 ms of start-up
     found = urllib.request.getproxies()
-    variables = {f"{k}_proxy": _mask(v) for k, v in sorted(found.items()) if k != "no"}
+    variables = {f"{k}_proxy": display_url(v) for k, v in sorted(found.items()) if k != "no"}
     if "no" in found:
         variables["no_proxy"] = found["no"]
     proxy = found.get(scheme) or found.get("all")
     bypassed = bool(proxy) and bool(urllib.request.proxy_bypass(host))
-    return ProxySettings(variables=variables, proxy_url=_mask(proxy) if proxy else None, bypassed=bypassed)
+    return ProxySettings(variables=variables, proxy_url=display_url(proxy) if proxy else None, bypassed=bypassed)
 
 
 def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
