@@ -65,7 +65,7 @@ def save_measurements(report: Any, ctx: Any, path: str) -> None:
 
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(recording_dict(report, ctx), fh, indent=1)
+            json.dump(recording_dict(report, ctx), fh, indent=1, allow_nan=False)  # to_data wrote NaN as "NaN"
     except OSError as exc:
         raise UsageProblem(f"cannot write --save-measurements {path}: {exc.strerror}") from None
 
