@@ -197,9 +197,9 @@ def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
 
 
 def _address(host: str, port: int, timeout_s: float) -> tuple[str, int]:
-    from llmdoctor.probes.dns import _system_lookup
+    from llmdoctor.probes.dns import system_lookup
 
-    _, addresses, error = _system_lookup(host.strip("[]"), port, timeout_s)
+    _, addresses, error = system_lookup(host.strip("[]"), port, timeout_s)
     if not addresses:
         from llmdoctor.context import ProbeUnavailable
 
