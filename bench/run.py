@@ -80,7 +80,7 @@ TARGETS = {
 SIM_SCRIPT = r"""
 import json, sys, threading, time
 from llmdoctor.sim import SimServer, get_profile
-from llmdoctor.sim import server as _server
+from llmdoctor.sim.httpd import Handler
 
 spans, lock = [], threading.Lock()
 
@@ -95,7 +95,7 @@ def _timed(method):
     return run
 
 for name in ("do_GET", "do_POST", "do_HEAD"):
-    setattr(_server._Handler, name, _timed(getattr(_server._Handler, name)))
+    setattr(Handler, name, _timed(getattr(Handler, name)))
 
 def busy_s():
     # The union of the requests' spans: time the server was answering llmdoctor.

@@ -8,6 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
 
 # The penalty must exceed this floor and the warm median itself to count.
@@ -58,7 +59,7 @@ class ColdStart(Check):
         if first.ttft_ms is None or warm_p50 is None or warm_p90 is None:
             return
         first_ttft = first.ttft_ms - first.setup_ms
-        penalty = first_ttft - warm_p50
+        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
         jitter = warm_p90 - warm_p50
         if penalty < max(MIN_PENALTY_MS, warm_p50, 3 * jitter):
             return

@@ -8,6 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
 
 RECENT_S = 600.0
@@ -89,7 +90,7 @@ class RecentRestart(Check):
         first, base = ctx.optional(FIRST_REQUEST), ctx.optional(BASELINE)
         penalty = None
         if first is not None and base is not None and first.ttft_ms is not None and base.ttft_p50_ms:
-            penalty = max(0.0, first.ttft_ms - base.ttft_p50_ms)
+            penalty = max(0.0, cold_start_penalty_ms(first.ttft_ms, first.setup_ms, base.ttft_p50_ms))
         yield Finding(
             Severity.WARNING if penalty and penalty >= 500 else Severity.INFO,
             Confidence.HIGH,

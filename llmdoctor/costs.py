@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from llmdoctor.context import Context
 from llmdoctor.probes.catalog import PREFILL, SWEEP
 from llmdoctor.probes.contract import AnyProbe
+from llmdoctor.stats import percentile
 
-__all__ = ["TOKEN_COSTS", "TokenCosts", "token_costs", "percentile", "distribution"]
+__all__ = ["TOKEN_COSTS", "TokenCosts", "token_costs", "distribution"]
 
 #: The probes `token_costs` reads (a check using it declares them optional).
 TOKEN_COSTS: tuple[AnyProbe, ...] = (PREFILL, SWEEP)
@@ -59,21 +60,12 @@ def token_costs(ctx: Context) -> TokenCosts:
     return TokenCosts(p_ms, p_basis, d_ms, d_basis)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q` quantile (0..1) of `values` by nearest rank (values need not be sorted)."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("no values")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def distribution(values: Sequence[float], unit: str = "") -> str:
-    """"p50 X, p90 Y, max Z unit" for many values; the value itself for one."""
+    """"p50 X, p90 Y, max Z unit" for many values (`llmdoctor.stats.percentile`); the value itself for one."""
     suffix = f" {unit}" if unit else ""
     if len(values) == 1:
         return f"{values[0]:,.0f}{suffix}"
-    return (
-        f"p50 {percentile(values, 0.5):,.0f}, p90 {percentile(values, 0.9):,.0f}, "
-        f"max {max(values):,.0f}{suffix} over {len(values)} requests"
-    )
+    p50, p90 = percentile(values, 50), percentile(values, 90)
+    if p50 is None or p90 is None:
+        return "no values"
+    return f"p50 {p50:,.0f}, p90 {p90:,.0f}, max {max(values):,.0f}{suffix} over {len(values)} requests"

@@ -15,7 +15,6 @@ fleet as a whole never sends more than ``--rate`` requests per second.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import Options, Target, TargetError, display_url, normalize_base_url
+from llmdoctor.target import Options, TargetError, build_target, display_url, normalize_base_url
 
 __all__ = ["FleetEntry", "FleetError", "RateLimiter", "load_endpoints", "run_fleet", "worst_exit_code"]
 
@@ -145,9 +144,8 @@ def run_fleet(
 
     def one(entry: FleetEntry) -> tuple[FleetEntry, Report | None, str]:
         try:
-            key_env = entry.api_key_env or default_key_env
-            target = Target(base_url=normalize_base_url(entry.url), model=entry.model or default_model,
-                            api_key=os.environ.get(key_env) or None, headers=headers)
+            target = build_target(entry.url, model=entry.model or default_model,
+                                  api_key_env=entry.api_key_env or default_key_env, headers=headers)
             report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
                                  before_send=limiter.acquire)
             result: tuple[FleetEntry, Report | None, str] = (entry, report, "")

@@ -526,6 +526,11 @@ class LogScanner:
         """Record a source that could not be read."""
         self._files.append(LogFile(name, error=error))
 
+    def replace_with_error(self, info: LogFile, error: str) -> None:
+        """Replace a source already scanned (`info`, e.g. an empty journal) by an error entry under its name."""
+        self._files.remove(info)
+        self.add_error(info.name, error)
+
     def result(self) -> LogScan:
         """The scan so far, as a plain result."""
         return LogScan(

@@ -1,7 +1,9 @@
-"""The gate's metrics, read from the baseline and sweep measurements.
+"""Measures used in several places, each defined once: the gate's metrics and the cold-start penalty.
 
-Shared by the SLO check (LD710), the regression check (LD711) and the
-side-by-side comparison: one place says what "ttft_p90" or "fixed cost" means.
+The gate's metrics are read from the baseline and sweep measurements and shared by the SLO check
+(LD710), the regression check (LD711) and the side-by-side comparison: one place says what
+"ttft_p90" or "fixed cost" means. The cold-start penalty is shared by LD301, LD302 and the
+differential diagnosis.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from llmdoctor.probes.baseline import BaselineResult, SweepResult
 from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
 from llmdoctor.stats import fit_line, percentile
 
-__all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "REGRESSION_METRICS"]
+__all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "cold_start_penalty_ms",
+           "REGRESSION_METRICS"]
 
 # Metrics compared between a baseline file and this run, with what they are.
 REGRESSION_METRICS: dict[str, str] = {
@@ -25,6 +28,16 @@ REGRESSION_METRICS: dict[str, str] = {
     "fixed_cost": "fixed cost per request (flat-latency fit)",
     "per_token": "cost per output token (flat-latency fit)",
 }
+
+
+def cold_start_penalty_ms(first_ttft_ms: float, first_setup_ms: float, warm_ttft_ms: float) -> float:
+    """The cold-start penalty: how much longer the first request waited for its first token than warm ones.
+
+    The first request's time to first token, its connection set-up (DNS, TCP, TLS) excluded since that
+    is not the server warming up, minus the warm median time to first token. Negative when the first
+    request was not slower.
+    """
+    return (first_ttft_ms - first_setup_ms) - warm_ttft_ms
 
 
 @dataclass(frozen=True)

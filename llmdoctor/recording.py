@@ -2,7 +2,13 @@
 
 A recording holds the probe results (never the API key or sensitive headers:
 the probe client redacts them, and the whole file passes through its redactor
-again before it is written) plus the options that shaped the run.
+again before it is written) plus a snapshot of the options that shaped the run.
+
+The snapshot is versioned (``options_version``): loading it rejects a field this
+version does not have (unknown, or renamed since) with a one-line error instead
+of dropping it, so a replay never runs silently with other options than the
+recorded run. A recording without ``options_version`` was written by llmdoctor
+0.1, whose options are version 1.
 """
 
 from __future__ import annotations
@@ -16,25 +22,36 @@ from llmdoctor.context import Context
 from llmdoctor.redact import Redactor
 from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Options, Target, display_url
 
-__all__ = ["FORMAT", "RecordingError", "recording_dict", "load_recording"]
+__all__ = ["FORMAT", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordingError", "load_recording", "options_from_snapshot",
+           "recording_dict"]
 
 FORMAT = "llmdoctor-measurements"
 VERSION = 1
 
+#: The version of the options snapshot written now. Adding an `Options` field: add it to this
+#: version's set below (an older llmdoctor then names it as unknown). Renaming or removing one: bump
+#: the version, list the old names in `RENAMED`, and teach `_migrate` to bring older snapshots up.
+OPTIONS_VERSION = 1
+#: What a recording without ``options_version`` (llmdoctor 0.1) holds.
+LEGACY_OPTIONS_VERSION = 1
+#: The option fields of each snapshot version.
+OPTIONS_FIELDS: dict[int, frozenset[str]] = {
+    1: frozenset({
+        "timeout_s", "max_requests", "samples", "warmup", "sweep_max_tokens", "sweep_repeats",
+        "typical_output_tokens", "insecure", "ca_bundle", "logs", "journal_unit", "since", "metrics_url",
+        "gpu_metrics_url", "pid", "request_files", "tokenizer", "context_window", "dns_server", "concurrency",
+        "idle_test_s", "slos", "compare_file", "deadline_s", "verbose", "followup", "followup_requests",
+        "followup_seconds",
+    }),
+}  # fmt: skip
+#: Fields renamed by a version: {version: {old name: new name}}.
+RENAMED: dict[int, dict[str, str]] = {}
+
 
 class RecordingError(ValueError):
     """The recording cannot be read (one-line message)."""
-
-
-def _scrub_url(url: str) -> str:
-    """A URL without user:password@ and without a query string (either may hold a token)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _url_secrets(options: Options) -> list[str]:
@@ -55,7 +72,7 @@ def _url_secrets(options: Options) -> list[str]:
 
 def _scrub_options(options: dict[str, Any]) -> dict[str, Any]:
     """Options as saved: URLs given on the command line lose their credentials."""
-    return {k: _scrub_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
+    return {k: display_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
 
 
 def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
@@ -67,6 +84,7 @@ def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
         "recorded_at": report.started_at,
         "endpoint": report.endpoint,
         "model": report.model,
+        "options_version": OPTIONS_VERSION,
         "options": _scrub_options(to_data(ctx.options)),
         "measurements": ctx.measurements(),
     }
@@ -94,15 +112,7 @@ def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
     measurements = data.get("measurements")
     if not isinstance(measurements, dict):
         raise RecordingError(f"{path} has no measurements")
-    known = {f.name for f in dataclasses.fields(Options)}
-    stored_options = data.get("options") or {}
-    if not isinstance(stored_options, dict):
-        raise RecordingError(f"{path}: bad options: expected an object, got {type(stored_options).__name__}")
-    raw_options = {k: v for k, v in stored_options.items() if k in known}
-    try:
-        options = from_data(Options, raw_options)
-    except SerdeError as exc:
-        raise RecordingError(f"{path}: bad options: {exc}") from None
+    options = options_from_snapshot(data.get("options"), data.get("options_version", LEGACY_OPTIONS_VERSION), path)
     endpoint = data.get("endpoint")
     model = data.get("model")
     target = Target(
@@ -110,3 +120,35 @@ def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
         model=model if isinstance(model, str) else None,
     )
     return target, options, measurements
+
+
+def _renamed_since(name: str, version: int) -> str | None:
+    """What `name` is called in `version`, when a later version than the one it belongs to renamed it."""
+    for v in sorted(RENAMED):
+        if v <= version and name in RENAMED[v]:
+            return f"renamed to {RENAMED[v][name]!r} in options version {v}"
+    return None
+
+
+def _migrate(stored: dict[str, Any], version: int) -> dict[str, Any]:
+    """Bring a snapshot of `version` up to `OPTIONS_VERSION` (fields already checked against `version`)."""
+    return stored
+
+
+def options_from_snapshot(stored: Any, version: Any, path: str) -> Options:
+    """The `Options` of a recording's snapshot; a `RecordingError` (one line) for any field it cannot place."""
+    if isinstance(version, bool) or version not in OPTIONS_FIELDS:
+        readable = ", ".join(str(v) for v in sorted(OPTIONS_FIELDS))
+        raise RecordingError(f"{path} has options version {version!r}; this llmdoctor reads {readable} "
+                             "(was it saved by a newer llmdoctor?)")
+    stored = stored if stored is not None else {}
+    if not isinstance(stored, dict):
+        raise RecordingError(f"{path}: bad options: expected an object, got {type(stored).__name__}")
+    for name in sorted(stored, key=str):
+        if name not in OPTIONS_FIELDS[version]:
+            why = _renamed_since(str(name), version) or "unknown (saved by a newer llmdoctor?)"
+            raise RecordingError(f"{path}: options field {name!r} is not in options version {version}: {why}")
+    try:
+        return from_data(Options, _migrate(stored, version))
+    except SerdeError as exc:
+        raise RecordingError(f"{path}: bad options: {exc}") from None

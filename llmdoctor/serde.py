@@ -3,19 +3,28 @@
 Probe results are dataclasses so they can be saved (`--save-measurements`)
 and replayed offline; this module rebuilds them from their dict form using the
 type hints alone, so probes need no hand-written (de)serialisers.
+
+JSON has no NaN or infinity, so a non-finite float is written as the string
+``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (the spellings Python's own JSON
+module uses for them) and read back as a float where the type hint says float.
+The output of `to_data` is therefore always valid JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-__all__ = ["to_data", "from_data", "SerdeError"]
+__all__ = ["to_data", "from_data", "SerdeError", "NON_FINITE"]
 
 T = TypeVar("T")
+
+#: How a non-finite float is written (a JSON string) and read back.
+NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 class SerdeError(ValueError):
@@ -32,8 +41,8 @@ def to_data(value: Any) -> Any:
         return {str(k): to_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_data(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN is not JSON
-        return None
+    if isinstance(value, float) and not math.isfinite(value):  # NaN and infinities are not JSON
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 
@@ -59,7 +68,9 @@ def from_data(kind: Any, data: Any) -> Any:
         if not isinstance(data, list):
             raise SerdeError(f"expected a list, got {type(data).__name__}")
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return tuple(from_data(a, v) for a, v in zip(args, data))
+            if len(data) != len(args):
+                raise SerdeError(f"expected a list of {len(args)} items, got {len(data)}")
+            return tuple(from_data(a, v) for a, v in zip(args, data, strict=True))
         item = args[0] if args else Any
         items = [from_data(item, v) for v in data]
         return tuple(items) if origin is tuple else items
@@ -83,6 +94,8 @@ def from_data(kind: Any, data: Any) -> Any:
     if isinstance(kind, type) and issubclass(kind, Enum):
         return kind(data)
     if kind is float:
+        if isinstance(data, str) and data in NON_FINITE:
+            return NON_FINITE[data]
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise SerdeError(f"expected a number, got {data!r:.40}")
         return float(data)

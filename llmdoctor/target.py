@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-import re
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Target", "Options", "TargetError", "normalize_base_url", "display_url"]
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "Options",
+    "Target",
+    "TargetError",
+    "build_target",
+    "display_url",
+    "normalize_base_url",
+    "parse_headers",
+]
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class TargetError(ValueError):
@@ -14,11 +26,20 @@ class TargetError(ValueError):
 
 
 def display_url(url: str) -> str:
-    """A URL as it may be printed: user:password@ masked, the query string (a ?token=) dropped.
+    """A URL as it may be printed or saved: user:password@ masked, the query (a ?token=) and fragment dropped.
 
-    Works on text urlsplit rejects too, so an error message can quote it.
+    The one URL scrubber (target, fleets, proxies, recordings). Works on text urlsplit rejects
+    too, so an error message can quote it, and on a URL without a scheme (``user:pw@proxy:3128``).
     """
-    return re.sub(r"//[^/?#@]*@", "//***@", url).partition("?")[0]
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    tail = tail.partition("?")[0].partition("#")[0]
+    return scheme + sep + authority + tail
 
 
 def normalize_base_url(url: str) -> str:
@@ -91,6 +112,36 @@ class Target:
         parts = urlsplit(self.base_url)
         root_path = parts.path[: -len("/v1")] if parts.path.endswith("/v1") else parts.path
         return urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
+
+
+def parse_headers(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--header 'Name: value'`` strings as (name, value) pairs, stripped."""
+    headers = []
+    for raw in values:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise TargetError("--header must look like 'Name: value' (got a value without a colon)")
+        headers.append((name.strip(), value.strip()))
+    return tuple(headers)
+
+
+def build_target(
+    url: str,
+    *,
+    model: str | None = None,
+    api_key_env: str | None = DEFAULT_API_KEY_ENV,
+    headers: tuple[tuple[str, str], ...] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Target:
+    """The one way a `Target` is made from what a user gives: a URL, a model, a key's env var, headers.
+
+    The URL is normalised to its ``/v1`` base (`TargetError` when unusable); the API key is read from
+    the environment variable `api_key_env` (unset or empty: no key; no variable named: no key). Every
+    command (check, fleets, watch, compare) builds its targets here.
+    """
+    env = os.environ if environ is None else environ
+    key = (env.get(api_key_env) or None) if api_key_env else None
+    return Target(base_url=normalize_base_url(url), model=model, api_key=key, headers=headers)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def loopback_system_lookup(monkeypatch):
             return 0.2, ["127.0.0.1"], ""
         return 0.3, [], "gaierror: [Errno -2] Name or service not known"
 
-    monkeypatch.setattr(dnsprobe, "_system_lookup", lookup)
+    monkeypatch.setattr(dnsprobe, "system_lookup", lookup)
 
 
 def _probe(url: str, **options) -> dnsprobe.DnsResult:

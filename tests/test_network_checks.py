@@ -25,7 +25,7 @@ from tests.dnsserver import DnsResponder
 @pytest.fixture
 def no_system_dns(monkeypatch):
     """getaddrinfo must not reach the machine's (non-loopback) resolver: unknown names fail fast."""
-    monkeypatch.setattr(dnsprobe, "_system_lookup", lambda h, p, t: (0.3, [], "gaierror: unknown name"))
+    monkeypatch.setattr(dnsprobe, "system_lookup", lambda h, p, t: (0.3, [], "gaierror: unknown name"))
 
 
 @pytest.mark.usefixtures("no_system_dns")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.probes.catalog import (
     BASELINE,
     CONCURRENCY,
@@ -136,9 +137,9 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     impacts: Impacts = {}
     warm = f.warm_ttft_ms
     if f.first_ttft_ms is not None:
-        penalty = f.first_ttft_ms - warm
+        penalty = cold_start_penalty_ms(f.first_ttft_ms, f.first_setup_ms, warm)
         seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
-        if penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty / 2:
+        if penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
             out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
         elif penalty >= max(200.0, 2 * warm):
             out.append(("cold_start", STRONG, f"{seen}: {penalty:,.0f} ms more"))

@@ -65,7 +65,7 @@ def client_limits(ctx: Context) -> ClientLimits:
 
     import psutil
 
-    from llmdoctor.probes.dns import _system_lookup, is_ip_literal
+    from llmdoctor.probes.dns import is_ip_literal, system_lookup
 
     result = ClientLimits()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -78,7 +78,7 @@ def client_limits(ctx: Context) -> ClientLimits:
         if is_ip_literal(host):
             result.endpoint_addresses = [host]
         else:
-            _, result.endpoint_addresses, _ = _system_lookup(host, result.port, 2.0)
+            _, result.endpoint_addresses, _ = system_lookup(host, result.port, 2.0)
     try:
         sockets = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError) as exc:

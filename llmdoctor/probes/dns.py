@@ -36,6 +36,7 @@ __all__ = [
     "parse_resolv_conf",
     "hosts_file_addresses",
     "resolve",
+    "system_lookup",
 ]
 
 RESOLV_CONF = "/etc/resolv.conf"
@@ -254,7 +255,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def _system_lookup(host: str, port: int, timeout_s: float) -> tuple[float | None, list[str], str]:
+def system_lookup(host: str, port: int, timeout_s: float) -> tuple[float | None, list[str], str]:
     """``getaddrinfo`` on a helper thread, so a hung resolver cannot hang the probe."""
     box: dict[str, object] = {}
 
@@ -360,7 +361,7 @@ def resolve(ctx: Context) -> DnsResult:
     result.hosts_file_addresses = hosts_file_addresses(host, _read(HOSTS_FILE))
     if result.hosts_file_addresses:
         result.note = f"{HOSTS_FILE} overrides DNS for {host}"
-    result.system_ms, result.system_addresses, result.system_error = _system_lookup(
+    result.system_ms, result.system_addresses, result.system_error = system_lookup(
         host, port, ctx.cap_timeout(timeout_s)
     )
 

@@ -157,12 +157,11 @@ def repeat_prompt(ctx: Context) -> RepeatPromptResult:
     """Send one long prompt (fresh random prefix) twice with ``max_tokens=1`` (2 requests)."""
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import describe_failure
-    from llmdoctor.probes.prefill import _WORDS
+    from llmdoctor.probes.prefill import filler_prompt
 
     base = ctx.get(BASELINE)
     rng = random.Random()
-    body = " ".join(rng.choice(_WORDS) for _ in range(REPEAT_WORDS))
-    prompt = f"[{rng.getrandbits(64):016x}] Ignore the following words and reply with ok. {body}"
+    prompt = filler_prompt(REPEAT_WORDS, rng)
     timings = []
     for _ in range(2):
         timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra={"model": base.model, "temperature": 0})

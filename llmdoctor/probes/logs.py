@@ -121,8 +121,7 @@ def _scan_journal(scanner: LogScanner, unit: str, since: str | None) -> None:
     err = proc.stderr.read().decode("utf-8", "replace").strip()
     code = proc.wait()
     if code != 0 and info.lines == 0:
-        scanner._files.remove(info)  # noqa: SLF001 - replace the empty entry by the error
-        scanner.add_error(name, f"journalctl exited with {code}: {err[:200]}")
+        scanner.replace_with_error(info, f"journalctl exited with {code}: {err[:200]}")
 
 
 def _journal_since(since: str) -> str:

@@ -20,7 +20,7 @@ from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 
-__all__ = ["PrefillResult", "prefill"]
+__all__ = ["PrefillResult", "filler_prompt", "prefill"]
 
 SHORT_WORDS = 30
 LONG_WORDS = 1000
@@ -48,10 +48,17 @@ class PrefillResult:
         return self.long_ttft_ms > self.short_ttft_ms and self.per_token_ms > 0
 
 
-def _prompt(words: int, rng: random.Random) -> str:
+def filler_prompt(body_words: int, rng: random.Random) -> str:
+    """A prompt of `body_words` filler words after a fresh random prefix (no prefix-cache hit) and an
+    instruction to answer "ok" (so the answer stays short whatever the length)."""
     nonce = f"{rng.getrandbits(64):016x}"
-    body = " ".join(rng.choice(_WORDS) for _ in range(max(1, words - 12)))
+    body = " ".join(rng.choice(_WORDS) for _ in range(body_words))
     return f"[{nonce}] Ignore the following words and reply with ok. {body}"
+
+
+def _prompt(words: int, rng: random.Random) -> str:
+    """A prompt of about `words` words in all (the instruction counts 12)."""
+    return filler_prompt(max(1, words - 12), rng)
 
 
 def prefill(ctx: Context) -> PrefillResult:

@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from llmdoctor.probes.catalog import BASELINE
 from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.target import display_url
 
 if TYPE_CHECKING:
     import ssl
@@ -163,25 +163,16 @@ class TransportResult:
         return self.rtt_ms / self.baseline_total_p50_ms
 
 
-def _mask(url: str) -> str:
-    parts = urlsplit(url if "://" in url else "http://" + url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return url
-
-
 def proxy_settings(scheme: str, host: str) -> ProxySettings:
     """The environment's proxy variables (masked) and the proxy, if any, for `scheme://host`."""
     import urllib.request  # here, not at the top: it costs `llmdoctor checks` ~5 ms of start-up
     found = urllib.request.getproxies()
-    variables = {f"{k}_proxy": _mask(v) for k, v in sorted(found.items()) if k != "no"}
+    variables = {f"{k}_proxy": display_url(v) for k, v in sorted(found.items()) if k != "no"}
     if "no" in found:
         variables["no_proxy"] = found["no"]
     proxy = found.get(scheme) or found.get("all")
     bypassed = bool(proxy) and bool(urllib.request.proxy_bypass(host))
-    return ProxySettings(variables=variables, proxy_url=_mask(proxy) if proxy else None, bypassed=bypassed)
+    return ProxySettings(variables=variables, proxy_url=display_url(proxy) if proxy else None, bypassed=bypassed)
 
 
 def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
@@ -207,9 +198,9 @@ def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
 
 
 def _address(host: str, port: int, timeout_s: float) -> tuple[str, int]:
-    from llmdoctor.probes.dns import _system_lookup
+    from llmdoctor.probes.dns import system_lookup
 
-    _, addresses, error = _system_lookup(host.strip("[]"), port, timeout_s)
+    _, addresses, error = system_lookup(host.strip("[]"), port, timeout_s)
     if not addresses:
         from llmdoctor.context import ProbeUnavailable
 

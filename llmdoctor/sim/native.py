@@ -2,7 +2,7 @@
 
 Shapes follow the backends' own documentation and code, as llmdoctor's adapters read them:
 
-- **vllm**: Prometheus ``/metrics`` with ``vllm:`` names, ``POST /tokenize`` (in server.py).
+- **vllm**: the OpenAI-compatible routes and ``POST /tokenize`` (``llmdoctor.sim.openai``).
 - **tgi**: ``/metrics`` with ``tgi_`` names; ``POST /generate`` answering
   ``{"generated_text", "details"}`` with the ``x-compute-time`` (seconds), ``x-total-time``,
   ``x-validation-time``, ``x-queue-time``, ``x-inference-time``, ``x-time-per-token`` (whole ms),
@@ -17,8 +17,9 @@ Shapes follow the backends' own documentation and code, as llmdoctor's adapters 
   ``timings`` object in non-streamed answers and the final stream chunk (ggml-org/llama.cpp
   ``tools/server/README.md``).
 
-Every delay still comes from the engine (server.py's `_Engine`), so native and OpenAI routes of
-one simulator share the latency model, the cold start and the counters.
+Every delay still comes from the engine (`llmdoctor.sim.engine.Engine`), so native and OpenAI routes
+of one simulator share the latency model, the cold start and the counters. The `/metrics` names of
+each flavor are in `llmdoctor.sim.metrics`.
 """
 
 from __future__ import annotations
@@ -27,49 +28,15 @@ import json
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmdoctor.sim import tokens as tok
+from llmdoctor.sim.httpd import ApiError, Handler, Request, Route, json_body
 
-if TYPE_CHECKING:
-    from llmdoctor.sim.server import _Engine, _Handler, _Request
+__all__ = ["native_routes", "llamacpp_timings"]
 
-__all__ = ["metrics_families", "native_routes", "llamacpp_timings"]
-
-Family = tuple[str, str, str, list[str]]
-Route = Callable[["_Handler", "_Request"], None]
 NS = 1_000_000_000
 OLLAMA_KEEP_ALIVE_S = 300
-
-
-def metrics_families(engine: _Engine, kv: float) -> list[Family] | None:
-    """The Prometheus families of a non-vLLM flavor (None: vLLM's, built in server.py)."""
-    p = engine.profile
-    if p.flavor == "tgi":
-        return [
-            ("tgi_batch_current_size", "gauge", "Current batch size",
-             [f"tgi_batch_current_size {float(engine.running)}"]),
-            ("tgi_queue_size", "gauge", "Current queue size", [f"tgi_queue_size {float(engine.waiting)}"]),
-            ("tgi_request_count", "counter", "Total requests", [f"tgi_request_count {float(engine.queue_time.count)}"]),
-            ("tgi_request_queue_duration", "histogram", "Time spent in the queue",
-             engine.queue_time.lines("tgi_request_queue_duration", 'model="sim"')),
-        ]
-    if p.flavor == "llamacpp":
-        return [
-            ("llamacpp:requests_processing", "gauge", "Number of requests processing.",
-             [f"llamacpp:requests_processing {float(engine.running)}"]),
-            ("llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
-             [f"llamacpp:requests_deferred {float(engine.waiting)}"]),
-            ("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-             [f"llamacpp:kv_cache_usage_ratio {kv!r}"]),
-            ("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
-             [f"llamacpp:prompt_tokens_total {float(engine.prompt_tokens_total)}"]),
-            ("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
-             [f"llamacpp:tokens_predicted_total {float(engine.generation_tokens_total)}"]),
-        ]
-    if p.flavor == "ollama":
-        return []
-    return None
 
 
 def llamacpp_timings(prompt_tokens: int, prompt_s: float, predicted: int, predicted_s: float) -> dict[str, float]:
@@ -92,7 +59,7 @@ def llamacpp_timings(prompt_tokens: int, prompt_s: float, predicted: int, predic
 
 
 def _run(
-    h: _Handler, req: _Request, prompt_tokens: int, n: int, on_token: Callable[[int, str], None]
+    h: Handler, req: Request, prompt_tokens: int, n: int, on_token: Callable[[int, str], None]
 ) -> dict[str, float]:
     """Wait as the engine says and call `on_token` per token; return the phase times in seconds."""
     engine = h.engine
@@ -119,40 +86,28 @@ def _run(
     }
 
 
-def _wanted(h: _Handler, limit: int | None) -> int:
+def _wanted(h: Handler, limit: int | None) -> int:
     natural = h.sim.profile.natural_output_tokens
     return natural if limit is None else max(0, min(limit, natural))
-
-
-def _body(req: _Request) -> dict[str, Any]:
-    from llmdoctor.sim.server import _json_body
-
-    return _json_body(req)
-
-
-def _api_error(status: int, message: str) -> Exception:
-    from llmdoctor.sim.server import _ApiError
-
-    return _ApiError(status, message)
 
 
 # ---------------------------------------------------------------------------------------------
 # TGI
 
 
-def _tgi_request(h: _Handler, req: _Request) -> tuple[int, int]:
-    data = _body(req)
+def _tgi_request(h: Handler, req: Request) -> tuple[int, int]:
+    data = json_body(req)
     inputs = data.get("inputs")
     if not isinstance(inputs, str):
-        raise _api_error(422, "inputs: expected a string")
+        raise ApiError(422, "inputs: expected a string")
     params = data.get("parameters") or {}
     max_new = params.get("max_new_tokens") if isinstance(params, dict) else None
     if max_new is not None and (not isinstance(max_new, int) or max_new < 1):
-        raise _api_error(422, "max_new_tokens must be a positive integer")
+        raise ApiError(422, "max_new_tokens must be a positive integer")
     return tok.count_tokens(inputs), _wanted(h, max_new if max_new is not None else 20)
 
 
-def _tgi_generate(h: _Handler, req: _Request) -> None:
+def _tgi_generate(h: Handler, req: Request) -> None:
     prompt_tokens, n = _tgi_request(h, req)
     texts: list[str] = []
     phases = _run(h, req, prompt_tokens, n, lambda i, t: texts.append(t))
@@ -173,7 +128,7 @@ def _tgi_generate(h: _Handler, req: _Request) -> None:
     h.send_json(200, {"generated_text": "".join(texts), "details": details}, headers)
 
 
-def _tgi_generate_stream(h: _Handler, req: _Request) -> None:
+def _tgi_generate_stream(h: Handler, req: Request) -> None:
     prompt_tokens, n = _tgi_request(h, req)
     h.send_response(200)
     h.send_header("Content-Type", "text/event-stream")
@@ -194,14 +149,13 @@ def _tgi_generate_stream(h: _Handler, req: _Request) -> None:
         })
 
     _run(h, req, prompt_tokens, n, token)
-    h.wfile.write(b"0\r\n\r\n")
-    h.wfile.flush()
+    h.end_chunks()
 
 
-def _tgi_tokenize(h: _Handler, req: _Request) -> None:
-    data = _body(req)
+def _tgi_tokenize(h: Handler, req: Request) -> None:
+    data = json_body(req)
     if not isinstance(data.get("inputs"), str):
-        raise _api_error(422, "inputs: expected a string")
+        raise ApiError(422, "inputs: expected a string")
     ids = tok.token_ids(data["inputs"])
     h.send_json(200, [{"id": i, "text": "", "start": 0, "stop": 0} for i in ids])
 
@@ -210,22 +164,22 @@ def _tgi_tokenize(h: _Handler, req: _Request) -> None:
 # Ollama
 
 
-def _ollama(h: _Handler, req: _Request, chat: bool) -> None:
-    data = _body(req)
+def _ollama(h: Handler, req: Request, chat: bool) -> None:
+    data = json_body(req)
     model = data.get("model")
     if model != h.sim.profile.model:
-        raise _api_error(404, f"model '{model}' not found")
+        raise ApiError(404, f"model '{model}' not found")
     if chat:
         messages = data.get("messages")
         if not isinstance(messages, list):
-            raise _api_error(400, "messages: expected a list")
+            raise ApiError(400, "messages: expected a list")
         prompt_tokens = tok.count_chat_tokens(messages)
     else:
         prompt_tokens = tok.count_tokens(str(data.get("prompt") or ""))
     options = data.get("options") or {}
     n = _wanted(h, options.get("num_predict") if isinstance(options, dict) else None)
     stream = data.get("stream", True) is not False
-    cold = not h.engine._loaded  # noqa: SLF001 - the load the engine is about to pay
+    cold = not h.engine.loaded  # the load the engine is about to pay
     if stream:
         h.send_response(200)
         h.send_header("Content-Type", "application/x-ndjson")
@@ -243,9 +197,7 @@ def _ollama(h: _Handler, req: _Request, chat: bool) -> None:
         return out
 
     def write_line(obj: dict[str, Any]) -> None:
-        line = (json.dumps(obj) + "\n").encode()
-        h.wfile.write(f"{len(line):X}\r\n".encode() + line + b"\r\n")
-        h.wfile.flush()
+        h.write_chunk((json.dumps(obj) + "\n").encode())
 
     def token(i: int, text: str) -> None:
         texts.append(text)
@@ -266,16 +218,15 @@ def _ollama(h: _Handler, req: _Request, chat: bool) -> None:
     })
     if stream:
         write_line(final)
-        h.wfile.write(b"0\r\n\r\n")
-        h.wfile.flush()
+        h.end_chunks()
     else:
         h.send_json(200, final)
 
 
-def _ollama_ps(h: _Handler, req: _Request) -> None:
+def _ollama_ps(h: Handler, req: Request) -> None:
     p = h.sim.profile
     models = []
-    if h.engine._loaded:  # noqa: SLF001
+    if h.engine.loaded:
         expires = datetime.now(timezone.utc) + timedelta(seconds=OLLAMA_KEEP_ALIVE_S)
         size = 4_920_000_000
         models.append({
@@ -290,7 +241,7 @@ def _ollama_ps(h: _Handler, req: _Request) -> None:
 # llama.cpp server
 
 
-def _llamacpp_props(h: _Handler, req: _Request) -> None:
+def _llamacpp_props(h: Handler, req: Request) -> None:
     p = h.sim.profile
     h.send_json(200, {
         "default_generation_settings": {"n_ctx": p.context_window, "params": {"n_predict": -1}},
@@ -301,7 +252,7 @@ def _llamacpp_props(h: _Handler, req: _Request) -> None:
     })
 
 
-def _llamacpp_slots(h: _Handler, req: _Request) -> None:
+def _llamacpp_slots(h: Handler, req: Request) -> None:
     p = h.sim.profile
     total = p.max_concurrency or 1
     busy = min(h.engine.running, total)
@@ -310,10 +261,10 @@ def _llamacpp_slots(h: _Handler, req: _Request) -> None:
     ])
 
 
-def _llamacpp_tokenize(h: _Handler, req: _Request) -> None:
-    data = _body(req)
+def _llamacpp_tokenize(h: Handler, req: Request) -> None:
+    data = json_body(req)
     if not isinstance(data.get("content"), str):
-        raise _api_error(400, "\"content\" must be provided")
+        raise ApiError(400, "\"content\" must be provided")
     h.send_json(200, {"tokens": tok.token_ids(data["content"])})
 
 

@@ -1,0 +1,106 @@
+"""What the commands print and save: the report in its format, the recording, progress on stderr."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from llmdoctor.cli.usage import UsageProblem, split_ids
+
+__all__ = ["FORMATS", "common_output_options", "emit", "progress", "render_and_exit", "run_and_exit",
+           "save_measurements"]
+
+FORMATS = ("text", "json", "markdown", "junit", "html")
+
+
+def emit(text: str, output: str | None) -> None:
+    """Write `text` to --output FILE, or to stdout."""
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageProblem(f"cannot write --output {output}: {exc.strerror}") from None
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def progress(enabled: bool) -> Any:
+    """A callback showing progress on stderr when it is a terminal, else None."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    status = console.status("starting…")
+    status.start()
+
+    def update(message: str) -> None:
+        status.update(message)
+
+    update.stop = status.stop  # type: ignore[attr-defined]
+    return update
+
+
+def render_and_exit(report: Any, ctx: Any, fmt: str, output: str | None,
+                    save: str | Sequence[str] | None) -> NoReturn:
+    """Save the recordings asked for, print the report, exit with its code."""
+    from llmdoctor.render import render
+
+    for path in [save] if isinstance(save, str) else save or ():
+        save_measurements(report, ctx, path)
+    emit(render(report, fmt), output)
+    sys.exit(report.exit_code)
+
+
+def save_measurements(report: Any, ctx: Any, path: str) -> None:
+    """Write the recording of this run (`llmdoctor.recording`) to `path`."""
+    import json
+
+    from llmdoctor.recording import recording_dict
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(recording_dict(report, ctx), fh, indent=1, allow_nan=False)  # to_data wrote NaN as "NaN"
+    except OSError as exc:
+        raise UsageProblem(f"cannot write --save-measurements {path}: {exc.strerror}") from None
+
+
+def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: str | Sequence[str] | None,
+                 select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None) -> NoReturn:
+    """Diagnose (live, or on `recorded` measurements), then `render_and_exit`."""
+    from llmdoctor.doctor import diagnose
+
+    shown = progress(fmt == "text" and output is None)
+    try:
+        report, ctx = diagnose(target, options, selected=split_ids(select), ignored=split_ids(ignore),
+                               fail_on=fail_on, recorded=recorded, progress=shown)
+    finally:
+        if shown is not None:
+            shown.stop()
+    render_and_exit(report, ctx, fmt, output, save)
+
+
+def common_output_options(f: Any) -> Any:
+    """--json, --format, --output, --select, --ignore and --fail-on (check and replay)."""
+    options = [
+        click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema_version'd)."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (default text; --json is short for --format json)."),
+        click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                     help="Write the report to FILE instead of stdout."),
+        click.option("--select", multiple=True, metavar="IDS",
+                     help="Run only checks whose id starts with these prefixes (LD2, LD701; repeatable, "
+                          "comma-separated)."),
+        click.option("--ignore", multiple=True, metavar="IDS", help="Skip checks by id prefix (LD402)."),
+        click.option("--fail-on", type=click.Choice(["warning", "critical"]), default="warning", show_default=True,
+                     help="Lowest severity that makes the exit code non-zero (a CI gate tolerating warnings "
+                          "uses critical)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f

@@ -1,0 +1,78 @@
+"""A recording's options snapshot is versioned: old ones load, unknown fields are refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmdoctor.recording import OPTIONS_FIELDS, OPTIONS_VERSION
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from llmdoctor.target import Options
+from tests.cliutil import finding_ids, run_cli
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recordings"
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A recording saved by this llmdoctor (a small run against the simulator)."""
+    from llmdoctor.cli import main
+
+    path = tmp_path_factory.mktemp("rec") / "m.json"
+    with SimServer(get_profile("healthy")) as server, pytest.raises(SystemExit):
+        main(["check", "-e", server.url, "--select", "LD001", "--json", "-o", str(path.with_suffix(".out")),
+              "--save-measurements", str(path)])
+    return json.loads(path.read_text())
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> str:
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmdoctor: error: "), err
+    return lines[0]
+
+
+def test_the_snapshot_names_its_version_and_every_option(recording: dict[str, Any]) -> None:
+    assert recording["options_version"] == OPTIONS_VERSION
+    assert set(recording["options"]) == OPTIONS_FIELDS[OPTIONS_VERSION]
+
+
+def test_the_current_version_lists_the_fields_of_options() -> None:
+    # A new Options field must be added to the snapshot's field list (or the version bumped).
+    assert OPTIONS_FIELDS[OPTIONS_VERSION] == {f.name for f in dataclasses.fields(Options)}
+
+
+def test_an_unknown_option_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                              recording: dict[str, Any]) -> None:
+    data = {**recording, "options": {**recording["options"], "max_retries": 3}}
+    result = run_cli(capsys, "replay", _write(tmp_path, data))
+    assert result.code == 3 and result.out == ""
+    line = _one_line_error(result.err)
+    assert "'max_retries'" in line and f"options version {OPTIONS_VERSION}" in line
+
+
+def test_an_unknown_options_version_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               recording: dict[str, Any]) -> None:
+    result = run_cli(capsys, "replay", _write(tmp_path, {**recording, "options_version": 99}))
+    assert result.code == 3
+    assert "options version 99" in _one_line_error(result.err)
+
+
+def test_a_recording_of_llmdoctor_0_1_still_replays(capsys: pytest.CaptureFixture[str]) -> None:
+    # Saved by llmdoctor 0.1 (no options_version): `check --select LD001,LD301,LD701,LD702 --samples 3
+    # --slo ttft_p90=5s --no-followup` against the demo simulator, which found LD301 and LD702.
+    path = FIXTURES / "v0.1-demo.json"
+    assert "options_version" not in json.loads(path.read_text())
+    result = run_cli(capsys, "replay", str(path), "--json")
+    assert result.code == 1, result.err
+    assert finding_ids(result.report) == ["LD301", "LD702"]

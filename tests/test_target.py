@@ -1,0 +1,51 @@
+"""The target is built in one place (`build_target`): URL normalised, key from the environment, headers."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmdoctor.target import TargetError, build_target, parse_headers
+
+
+def test_build_target_normalises_the_url_and_reads_the_key_from_the_named_variable() -> None:
+    env = {"MY_KEY": "sk-123", "OPENAI_API_KEY": "sk-default"}
+    t = build_target("localhost:8000/v1/chat/completions", model="m", api_key_env="MY_KEY",
+                     headers=(("X-Team", "a"),), environ=env)
+    assert (t.base_url, t.model, t.api_key) == ("http://localhost:8000/v1", "m", "sk-123")
+    assert t.headers == (("X-Team", "a"),)
+    assert build_target("http://h", environ=env).api_key == "sk-default"  # the default variable
+
+
+@pytest.mark.parametrize("env", [{}, {"MY_KEY": ""}])
+def test_an_unset_or_empty_variable_is_no_key(env: dict[str, str]) -> None:
+    assert build_target("http://h:1", api_key_env="MY_KEY", environ=env).api_key is None
+
+
+def test_no_variable_named_is_no_key() -> None:
+    assert build_target("http://h:1", api_key_env=None, environ={"OPENAI_API_KEY": "sk"}).api_key is None
+
+
+def test_a_bad_url_is_a_target_error_that_does_not_echo_the_password() -> None:
+    with pytest.raises(TargetError) as exc:
+        build_target("ftp://user:hunter2@h", environ={})
+    assert "hunter2" not in str(exc.value)
+    with pytest.raises(TargetError, match="no host"):
+        build_target("http://user:hunter2@/v1", environ={})
+
+
+def test_parse_headers_strips_and_rejects_a_value_without_a_colon() -> None:
+    assert parse_headers(["X-A:  1 ", "X-B:b:c"]) == (("X-A", "1"), ("X-B", "b:c"))
+    with pytest.raises(TargetError, match="Name: value"):
+        parse_headers(["no colon"])
+    with pytest.raises(TargetError):
+        parse_headers([": value"])
+
+
+def test_display_url_is_the_one_scrubber() -> None:
+    from llmdoctor.target import display_url
+
+    assert display_url("http://user:pw@h:1/v1?token=x") == "http://***@h:1/v1"
+    assert display_url("https://a@b@c/x#key=1") == "https://***@c/x"  # every userinfo, the fragment too
+    assert display_url("user:pw@proxy:3128") == "***@proxy:3128"  # a proxy variable without a scheme
+    assert display_url("http://[::1") == "http://[::1"  # text urlsplit rejects is quoted as it is
+    assert display_url("http://h:8000/v1") == "http://h:8000/v1"
