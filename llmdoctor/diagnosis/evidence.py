@@ -33,7 +33,7 @@ from llmdoctor.probes.catalog import (
     TRANSPORT,
 )
 from llmdoctor.probes.contract import AnyProbe, Probe
-from llmdoctor.probes.followup import DEFAULT_IDLE_S
+from llmdoctor.probes.sizes import DEFAULT_IDLE_S
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.contract import AnyProbe, Endpoint, PlannedRequest, Probe, request
+from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, SERVER_TOKENS_SAMPLE, SINGLE_REQUESTS
 
 if TYPE_CHECKING:
     from llmdoctor.diagnosis.model import Diagnosis
@@ -91,11 +92,9 @@ def _context_window_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _server_tokens_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    from llmdoctor.probes.tokens import SAMPLE
-
     # Finding the API: /tokenize, then llama.cpp's /apply-template + /tokenize, then TGI's (4);
     # each further sampled body: at most /apply-template + /tokenize (2).
-    return [request("POST", f"{e.root}/tokenize", '{"prompt" or "messages"}', 4 + 2 * (SAMPLE - 1),
+    return [request("POST", f"{e.root}/tokenize", '{"prompt" or "messages"}', 4 + 2 * (SERVER_TOKENS_SAMPLE - 1),
                     "a few of the --request bodies")]
 
 
@@ -108,23 +107,16 @@ def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    from llmdoctor.probes.client_limits import SINGLE_REQUESTS
-
     return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.concurrency,
                     f"{SINGLE_REQUESTS} alone, then {o.concurrency} in parallel")]
 
 
 def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    from llmdoctor.probes.client_limits import SINGLE_REQUESTS
-    from llmdoctor.probes.followup import CONCURRENCY_N
-
     return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + CONCURRENCY_N,
                     f"{SINGLE_REQUESTS} alone, then {CONCURRENCY_N} at once")]
 
 
 def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    from llmdoctor.probes.followup import DEFAULT_IDLE_S
-
     return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.idle_test_s or DEFAULT_IDLE_S:g} s idle")]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.catalog import BASELINE, CONCURRENCY, DISCOVERY
+from llmdoctor.probes.sizes import SINGLE_REQUESTS
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["ClientLimits", "ConcurrencyResult", "client_limits", "concurrency", "PORT_RANGE_FILE"]
 
 PORT_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-SINGLE_REQUESTS = 2
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
+from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S
 from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
@@ -40,10 +41,6 @@ __all__ = [
     "repeat_prompt",
 ]
 
-#: Requests in flight at once in the concurrency step (plus 2 sent alone first).
-CONCURRENCY_N = 2
-#: Idle wait of the after-idle follow-up when ``--idle-test`` did not give one.
-DEFAULT_IDLE_S = 2.0
 #: Words of the repeated prompt (about 500 tokens).
 REPEAT_WORDS = 400
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, REQUESTS, SERVER_TOKENS
+from llmdoctor.probes.sizes import SERVER_TOKENS_SAMPLE
 from llmdoctor.request_files import RequestFileError, body_texts, iter_bodies
 from llmdoctor.textscan import clean
 
@@ -51,8 +52,7 @@ __all__ = [
     "estimate_tokens",
 ]
 
-#: Requests tokenized by the server at most (the rest are extrapolated).
-SAMPLE = 3
+SAMPLE = SERVER_TOKENS_SAMPLE
 CHARS_PER_TOKEN = 4.0
 # The band of the chars/4 estimate: English prose runs ~4-5 characters a token, code and
 # non-English text 2-3; CJK text about one character a token (counted separately).
