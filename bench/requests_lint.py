@@ -37,7 +37,7 @@ def main(n: int = 1000) -> None:
                                     "max_tokens": 256, "stream": True}) + "\n")
         checks = [e.load() for e in entry_points(group="llmdoctor.checks") if e.name[:3] in ("LD1", "LD6")]
         started = time.perf_counter()
-        ctx = Context(target=None, options=Options(request_files=(str(path),), context_window=8192))
+        ctx = Context(target=None, options=Options.of(request_files=(str(path),), context_window=8192))
         outcomes = run_checks(checks, ctx)
         elapsed = time.perf_counter() - started
     size = sum(1 for _ in ctx.get(REQUESTS).requests)

@@ -54,7 +54,7 @@ class Reachability(Check):
         info = ctx.get(DISCOVERY)
         models = info.models_timing
         if not info.reachable:
-            yield _transport_failure(models, info.base_url, ctx.options.timeout_s)
+            yield _transport_failure(models, info.base_url, ctx.options.request.timeout_s)
             return
         if models.status in (401, 403):
             yield _auth_failure(models)
@@ -97,10 +97,10 @@ class Reachability(Check):
             return
         first = ctx.optional(FIRST_REQUEST)
         if first is not None and not first.ok:
-            yield _generation_failure(first, info, ctx.options.timeout_s)
+            yield _generation_failure(first, info, ctx.options.request.timeout_s)
         elif first is None and not models.ok:
             # No generation request could be sent: what /models answered is all there is to say.
-            yield _generation_failure(models, info, ctx.options.timeout_s, where=f"GET {info.base_url}/models")
+            yield _generation_failure(models, info, ctx.options.request.timeout_s, where=f"GET {info.base_url}/models")
 
 
 def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Finding:

@@ -61,7 +61,9 @@ class OddCharacters(Check):
     @classmethod
     def reads(cls, options: Options) -> Reads:
         """The token counts only with a local tokenizer (``--tokenizer``): estimates say nothing here."""
-        optional = cls.optional if options.tokenizer else tuple(p for p in cls.optional if p is not PROMPT_TOKENS)
+        if options.workload.tokenizer:
+            return Reads(cls.requires, cls.optional)
+        optional = tuple(p for p in cls.optional if p is not PROMPT_TOKENS)
         return Reads(cls.requires, optional)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
@@ -69,7 +71,7 @@ class OddCharacters(Check):
         affected = [(i, r) for i, r in enumerate(requests.requests) if r.odd]
         if not affected:
             return
-        counted = ctx.optional(PROMPT_TOKENS) if ctx.options.tokenizer else None
+        counted = ctx.optional(PROMPT_TOKENS) if ctx.options.workload.tokenizer else None
         costs = token_costs(ctx)
         kinds: dict[str, list[int]] = {}  # kind -> [count, chars, requests]
         samples: dict[str, str] = {}

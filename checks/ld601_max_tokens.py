@@ -54,10 +54,10 @@ class MaxTokens(Check):
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         requests = ctx.get(REQUESTS)
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         costs = token_costs(ctx)
         counted = ctx.optional(PROMPT_TOKENS)
-        window = ctx.options.context_window or getattr(counted, "window", None)
+        window = ctx.options.workload.context_window or getattr(counted, "window", None)
         caps = [r.params.output_cap for r in requests.requests]
         missing = [r for r, c in zip(requests.requests, caps) if c is None]
         limit = max(MIN_FLAGGED, OVERSIZE_FACTOR * typical)

@@ -50,7 +50,7 @@ class StreamingOff(Check):
         off = [r for r in requests.requests if not r.params.stream]
         if not off:
             return
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         answer = min([r.params.output_cap or typical for r in off] + [typical])
         costs = token_costs(ctx)
         impact = costs.decode(max(0, answer - 1))

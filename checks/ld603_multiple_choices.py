@@ -51,7 +51,7 @@ class MultipleChoices(Check):
         if not many:
             return
         choices = max(r.params.choices for r in many)
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         costs = token_costs(ctx)
         extra_tokens = (choices - 1) * typical
         impact = costs.decode(extra_tokens)

@@ -58,7 +58,7 @@ class Logprobs(Check):
             max(r.params.top_logprobs or 0, r.params.logprobs if type(r.params.logprobs) is int else 0)
             for r in asking
         )
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         costs = token_costs(ctx)
         decode = costs.decode(typical)
         impact = None if decode is None else decode * LOGPROBS_SHARE

@@ -58,7 +58,7 @@ class Sampling(Check):
             return
         penalties = sorted({p for r in sampling for p in r.params.penalties})
         share = PENALTY_SHARE if penalties else SAMPLING_SHARE
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         costs = token_costs(ctx)
         decode = costs.decode(typical)
         impact = None if decode is None else decode * share

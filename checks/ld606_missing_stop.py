@@ -57,7 +57,7 @@ class MissingStop(Check):
         ]
         if not open_ended:
             return
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         caps = [r.params.output_cap for r in open_ended if r.params.output_cap]
         room = (min(caps) if caps else typical) - SHORT_ANSWER_TOKENS
         costs = token_costs(ctx)

@@ -62,7 +62,7 @@ class FlatLatency(Check):
                 "every sweep request generated the same number of tokens "
                 "(the server ignores ignore_eos and stops early): fixed and per-token cost cannot be separated"
             )
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         fixed = max(0.0, fit.fixed_ms)
         share = fit.fixed_share(typical)
         if fixed < MIN_FIXED_MS or share < FIXED_SHARE_LIMIT:

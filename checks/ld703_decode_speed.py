@@ -55,7 +55,7 @@ class DecodeSpeed(Check):
         per_token = fit.per_token_ms
         if per_token < SLOW_TOKEN_MS:
             return
-        typical = ctx.options.typical_output_tokens
+        typical = ctx.options.workload.typical_output_tokens
         yield Finding(
             Severity.WARNING,
             fit.confidence(),

@@ -58,13 +58,13 @@ class SloBreached(Check):
     def reads(cls, options: Options) -> Reads:
         """Only the probes behind the given objectives (none without ``--slo``)."""
         try:
-            sources = {METRICS[parse_slo(s).metric][1] for s in options.slos}
+            sources = {METRICS[parse_slo(s).metric][1] for s in options.gate.slos}
         except SloError:
             return Reads()
         return Reads((), tuple(p for p in cls.optional if p.name in sources))
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        specs = ctx.options.slos
+        specs = ctx.options.gate.slos
         if not specs:
             raise CheckSkipped("no SLOs given (--slo METRIC=LIMIT or an [slo] table in llmdoctor.toml)")
         try:

@@ -72,6 +72,6 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     if sweep is not None and fit is not None:
         breakdown.fixed_ms = fit.fixed_ms
         breakdown.per_token_ms = fit.per_token_ms
-        breakdown.typical_output_tokens = options.typical_output_tokens
+        breakdown.typical_output_tokens = options.workload.typical_output_tokens
         breakdown.sweep_points = [(p.timing.output_tokens, p.timing.total_ms or 0.0) for p in sweep.ok_points]
     return breakdown

@@ -118,8 +118,8 @@ class Context:
     deadline_at: float | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.options.deadline_s is not None and self.recorded is None:
-            self.deadline_at = time.perf_counter() + self.options.deadline_s
+        if self.options.request.deadline_s is not None and self.recorded is None:
+            self.deadline_at = time.perf_counter() + self.options.request.deadline_s
 
     # -- the run's deadline -------------------------------------------------
     def time_left(self) -> float | None:
@@ -143,7 +143,7 @@ class Context:
     @property
     def deadline_reason(self) -> str:
         """Why a probe did not run once the deadline passed."""
-        return f"deadline reached (--deadline {self.options.deadline_s:g} s): not measured"
+        return f"deadline reached (--deadline {self.options.request.deadline_s:g} s): not measured"
 
     # -- the probe client -------------------------------------------------
     @property
@@ -161,12 +161,12 @@ class Context:
 
                 self._client = ProbeClient(
                     self.target,
-                    timeout_s=self.options.timeout_s,
-                    max_requests=self.options.max_requests,
-                    insecure=self.options.insecure,
-                    ca_bundle=self.options.ca_bundle,
+                    timeout_s=self.options.request.timeout_s,
+                    max_requests=self.options.request.max_requests,
+                    insecure=self.options.network.insecure,
+                    ca_bundle=self.options.network.ca_bundle,
                     deadline_at=self.deadline_at,
-                    on_request=self._log_request if self.options.verbose else None,
+                    on_request=self._log_request if self.options.request.verbose else None,
                     before_send=self.before_send,
                 )
         return self._client
@@ -360,7 +360,7 @@ class Context:
             if isinstance(exc, DeadlineReached):
                 reason = self.deadline_reason
             elif isinstance(exc, BudgetExhausted):
-                reason = f"request budget spent ({self.options.max_requests} requests; raise --max-requests)"
+                reason = f"request budget spent ({self.options.request.max_requests} requests; raise --max-requests)"
             else:
                 reason = f"probe failed: {type(exc).__name__}: {exc}"
             status = ProbeStatus(name, False, self.redact(reason))

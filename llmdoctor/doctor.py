@@ -77,7 +77,7 @@ def diagnose(
         duration_ms=(time.perf_counter() - started) * 1000,
         requests_sent=ctx.requests_sent,
         raw_connections=ctx.raw_connections,
-        request_budget=options.max_requests,
+        request_budget=options.request.max_requests,
         findings=findings,
         checks=outcomes,
         probes=ctx.statuses(),

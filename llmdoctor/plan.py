@@ -45,8 +45,8 @@ def render_plan(target: Target, options: Options, checks: Sequence[type[Check]])
         note = f"  ({r.note})" if r.note else ""
         lines.append(f"  {r.count:>3} × {r.method:<4} {r.url}  body {r.body}{note}  [{r.probe}]")
     lines.append("")
-    lines.append(f"At most {min(total, options.max_requests)} HTTP requests (plan {total}, "
-                 f"--max-requests {options.max_requests}); each may be retried once (stale keep-alive, "
+    lines.append(f"At most {min(total, options.request.max_requests)} HTTP requests (plan {total}, "
+                 f"--max-requests {options.request.max_requests}); each may be retried once (stale keep-alive, "
                  "or 429/503 with a short Retry-After) within the same budget.")
     lines.append("Probes, in the order they run: " + (", ".join(p.name for p in probes) or "none"))
     off = [(p, static_off(p, options)) for p in probes]
@@ -57,9 +57,9 @@ def render_plan(target: Target, options: Options, checks: Sequence[type[Check]])
         ordered = [p.name for p in DIAGNOSIS.orders if p not in probes and static_off(p, options) is None]
         if ordered:
             lines.append("The diagnosis may also order, within its budget: " + ", ".join(ordered))
-    if options.deadline_s is not None:
-        lines.append(f"Nothing is started after --deadline {options.deadline_s:g} s; "
-                     f"each request is bounded by --timeout {options.timeout_s:g} s.")
+    if options.request.deadline_s is not None:
+        lines.append(f"Nothing is started after --deadline {options.request.deadline_s:g} s; "
+                     f"each request is bounded by --timeout {options.request.timeout_s:g} s.")
     if TRANSPORT in probes:
         lines.append(f"Also: up to 10 raw TCP connections{' and 3 TLS handshakes' if target.scheme == 'https' else ''}"
                      " to time the round trip (no HTTP request).")

@@ -33,21 +33,35 @@ VERSION = 1
 #: The version of the options snapshot written now. Adding an `Options` field: add it to this
 #: version's set below (an older llmdoctor then names it as unknown). Renaming or removing one: bump
 #: the version, list the old names in `RENAMED`, and teach `_migrate` to bring older snapshots up.
-OPTIONS_VERSION = 1
+#: Version 1 (llmdoctor 0.1) is flat (``{"timeout_s": 30.0, ...}``); version 2 groups the options by
+#: concern, as `Options` does (``{"request": {"timeout_s": 30.0, ...}, "evidence": {...}, ...}``).
+OPTIONS_VERSION = 2
 #: What a recording without ``options_version`` (llmdoctor 0.1) holds.
 LEGACY_OPTIONS_VERSION = 1
-#: The option fields of each snapshot version.
-OPTIONS_FIELDS: dict[int, frozenset[str]] = {
-    1: frozenset({
-        "timeout_s", "max_requests", "samples", "warmup", "sweep_max_tokens", "sweep_repeats",
-        "typical_output_tokens", "insecure", "ca_bundle", "logs", "journal_unit", "since", "metrics_url",
-        "gpu_metrics_url", "pid", "request_files", "tokenizer", "context_window", "dns_server", "concurrency",
-        "idle_test_s", "slos", "compare_file", "deadline_s", "verbose", "followup", "followup_requests",
-        "followup_seconds",
-    }),
+_V1_FIELDS = (
+    "timeout_s", "max_requests", "samples", "warmup", "sweep_max_tokens", "sweep_repeats",
+    "typical_output_tokens", "insecure", "ca_bundle", "logs", "journal_unit", "since", "metrics_url",
+    "gpu_metrics_url", "pid", "request_files", "tokenizer", "context_window", "dns_server", "concurrency",
+    "idle_test_s", "slos", "compare_file", "deadline_s", "verbose", "followup", "followup_requests",
+    "followup_seconds",
+)  # fmt: skip
+#: Fields renamed by a version: {version: {old name: new name}} (version 2: each into its group).
+RENAMED: dict[int, dict[str, str]] = {
+    2: {
+        **{n: f"request.{n}" for n in ("timeout_s", "max_requests", "samples", "warmup", "sweep_max_tokens",
+                                       "sweep_repeats", "idle_test_s", "deadline_s", "verbose")},
+        **{n: f"evidence.{n}" for n in ("logs", "journal_unit", "since", "metrics_url", "gpu_metrics_url", "pid")},
+        **{n: f"workload.{n}" for n in ("request_files", "tokenizer", "context_window", "typical_output_tokens")},
+        **{n: f"network.{n}" for n in ("dns_server", "insecure", "ca_bundle", "concurrency")},
+        **{n: f"gate.{n}" for n in ("slos", "compare_file")},
+        **{n: f"diagnosis.{n}" for n in ("followup", "followup_requests", "followup_seconds")},
+    },
 }  # fmt: skip
-#: Fields renamed by a version: {version: {old name: new name}}.
-RENAMED: dict[int, dict[str, str]] = {}
+#: The option fields of each snapshot version (``group.name`` where grouped).
+OPTIONS_FIELDS: dict[int, frozenset[str]] = {
+    1: frozenset(_V1_FIELDS),
+    2: frozenset(RENAMED[2].values()),
+}
 
 
 class RecordingError(ValueError):
@@ -59,9 +73,10 @@ def _url_secrets(options: Options) -> list[str]:
     from urllib.parse import parse_qsl, urlsplit
 
     secrets: list[str] = []
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        if not f.name.endswith("_url") or not isinstance(value, str):
+    values = [(f.name, getattr(group, f.name)) for group in (getattr(options, g.name) for g in
+              dataclasses.fields(options)) for f in dataclasses.fields(group)]
+    for name, value in values:
+        if not name.endswith("_url") or not isinstance(value, str):
             continue
         parts = urlsplit(value)
         if parts.password:
@@ -71,8 +86,12 @@ def _url_secrets(options: Options) -> list[str]:
 
 
 def _scrub_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Options as saved: URLs given on the command line lose their credentials."""
-    return {k: display_url(v) if k.endswith("_url") and isinstance(v, str) else v for k, v in options.items()}
+    """Options as saved: URLs given on the command line lose their credentials (in every group)."""
+    return {
+        k: _scrub_options(v) if isinstance(v, dict) else display_url(v) if k.endswith("_url") and isinstance(v, str)
+        else v
+        for k, v in options.items()
+    }
 
 
 def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
@@ -130,8 +149,22 @@ def _renamed_since(name: str, version: int) -> str | None:
     return None
 
 
+def _snapshot_fields(stored: dict[str, Any], version: int) -> list[str]:
+    """The field names a snapshot holds, as `OPTIONS_FIELDS` spells them (``group.name`` from version 2)."""
+    if version == 1:
+        return [str(k) for k in stored]
+    return [f"{k}.{n}" if isinstance(v, dict) else str(k) for k, v in stored.items()
+            for n in (v if isinstance(v, dict) else [None])]
+
+
 def _migrate(stored: dict[str, Any], version: int) -> dict[str, Any]:
     """Bring a snapshot of `version` up to `OPTIONS_VERSION` (fields already checked against `version`)."""
+    if version == 1:  # flat -> grouped
+        grouped: dict[str, dict[str, Any]] = {}
+        for name, value in stored.items():
+            group, _, field = RENAMED[2][name].partition(".")
+            grouped.setdefault(group, {})[field] = value
+        return grouped
     return stored
 
 
@@ -144,9 +177,9 @@ def options_from_snapshot(stored: Any, version: Any, path: str) -> Options:
     stored = stored if stored is not None else {}
     if not isinstance(stored, dict):
         raise RecordingError(f"{path}: bad options: expected an object, got {type(stored).__name__}")
-    for name in sorted(stored, key=str):
+    for name in sorted(_snapshot_fields(stored, version)):
         if name not in OPTIONS_FIELDS[version]:
-            why = _renamed_since(str(name), version) or "unknown (saved by a newer llmdoctor?)"
+            why = _renamed_since(name, version) or "unknown (saved by a newer llmdoctor?)"
             raise RecordingError(f"{path}: options field {name!r} is not in options version {version}: {why}")
     try:
         return from_data(Options, _migrate(stored, version))

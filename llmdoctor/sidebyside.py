@@ -89,7 +89,7 @@ def run_side_by_side(
                     raise ProbeUnavailable(f"not usable: {describe_failure(info.models_timing)}"
                                            if not info.reachable else "no model; pass --model")
                 side.model = info.model
-                for _ in range(max(1, options.warmup)):
+                for _ in range(max(1, options.request.warmup)):
                     ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, extra={"model": info.model})
             except ProbeUnavailable as exc:
                 side.error = exc.reason
@@ -97,7 +97,7 @@ def run_side_by_side(
                 side.error = f"{type(exc).__name__}: {exc}"
             models.append(side.model)
         if not any(s.error for s in sides):
-            for _ in range(options.samples):
+            for _ in range(options.request.samples):
                 for side, ctx in zip(sides, ctxs):
                     try:
                         side.samples.append(ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS,

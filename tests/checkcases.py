@@ -18,7 +18,6 @@ message_contains, and min_impact_ms / max_impact_ms.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ def run_case(check: type[Check], path: Path) -> CheckOutcome:
     for key, value in list(raw.items()):
         if isinstance(value, list):
             raw[key] = tuple(value)
-    options = dataclasses.replace(Options(), **raw)
+    options = Options.of(**raw)
     target = Target(base_url=case.get("endpoint", "http://127.0.0.1:9/v1"), model=case.get("model"))
     ctx = Context(target=target, options=options, recorded=case.get("measurements", {}), replay_local=True)
     return run_checks([check], ctx)[0]

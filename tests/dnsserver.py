@@ -1,7 +1,7 @@
 """A real DNS responder on loopback (UDP and TCP), built with dnspython, for probe tests.
 
     with DnsResponder({"llm.test": {"A": ["127.0.0.1"], "AAAA": ["::1"]}}, delay_s=0.15) as dns_srv:
-        Options(dns_server=dns_srv.address)
+        Options.of(dns_server=dns_srv.address)
 
 Each query is answered on its own thread after `delay_s` (so delays do not queue up), with
 the records of the name (case-insensitive, trailing dot optional) and `ttl`. Unknown names get

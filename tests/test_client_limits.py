@@ -124,7 +124,7 @@ def test_concurrency_is_opt_in():
 
 def test_concurrency_with_the_simulator_queueing_profile():
     with SimServer(get_profile("queueing")) as sim:
-        ctx = Context(Target(sim.base_url), Options(concurrency=3))
+        ctx = Context(Target(sim.base_url), Options.of(concurrency=3))
         result = ctx.get(CONCURRENCY)
         sent = [t for t in ctx.client.history if t.path.endswith("/chat/completions")]
         assert sim.generation_requests == len(sent)  # the baseline's requests, then 2 + 3 of ours

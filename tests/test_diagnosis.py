@@ -108,7 +108,7 @@ def _check(server: SimServer, tmp: Path, *args: str) -> tuple[dict[str, Any], Pa
 def all_probes_requests() -> int:
     """Requests of the fixed checklist plus every follow-up probe, counted at the server (healthy profile)."""
     with SimServer(get_profile("healthy")) as server:
-        diagnose(Target(base_url=server.base_url), Options(followup=False))
+        diagnose(Target(base_url=server.base_url), Options.of(followup=False))
         total = server.requests_received
         ctx = Context(target=Target(base_url=server.base_url), options=Options())
         ctx.get(BASELINE)

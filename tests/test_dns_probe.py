@@ -125,6 +125,6 @@ def test_parsers():
 
 
 def test_bad_dns_server_option_is_unavailable_with_reason():
-    ctx = Context(Target(f"http://{HOST}:80/v1"), Options(dns_server="not-an-ip"))
+    ctx = Context(Target(f"http://{HOST}:80/v1"), Options.of(dns_server="not-an-ip"))
     assert ctx.optional(DNS) is None
     assert "bad --dns-server" in ctx.statuses()[0].reason

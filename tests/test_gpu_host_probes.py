@@ -106,7 +106,7 @@ def child():
 
 def test_host_probe_with_pid_reads_the_process_and_masks_secrets(child) -> None:
     proc = child("--api-key", "sk-secret-value", "--token=abc123")
-    result = host(Context(target=None, options=Options(pid=proc.pid)))
+    result = host(Context(target=None, options=Options.of(pid=proc.pid)))
     p = result.server_process
     assert p is not None and p.pid == proc.pid and result.process_source == "pid"
     assert p.rss_bytes and p.rss_bytes > 0 and p.threads and p.threads >= 1
@@ -125,7 +125,7 @@ def test_server_found_by_name(child) -> None:
 
 def test_young_server_process_is_cold_start_evidence(child) -> None:
     proc = child()
-    ctx = Context(target=None, options=Options(pid=proc.pid))
+    ctx = Context(target=None, options=Options.of(pid=proc.pid))
     outcome = run_one(RecentRestart, ctx)
     assert outcome.status == "failed"
     assert f"process {proc.pid}" in outcome.findings[0].message
@@ -135,7 +135,7 @@ def test_missing_pid_is_unavailable() -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     with pytest.raises(ProbeUnavailable, match="no such process"):
-        host(Context(target=None, options=Options(pid=dead.pid)))
+        host(Context(target=None, options=Options.of(pid=dead.pid)))
 
 
 def test_host_probe_finds_the_process_listening_on_the_endpoint_port(tmp_path) -> None:

@@ -15,7 +15,7 @@ from llmdoctor.target import Options, Target
 def test_unload_after_idle_is_measured_and_reported():
     profile = get_profile("healthy", cold_start_ms=400.0, idle_unload_s=0.5)
     with SimServer(profile) as sim:
-        ctx = Context(Target(sim.base_url), Options(samples=3, idle_test_s=1.0))
+        ctx = Context(Target(sim.base_url), Options.of(samples=3, idle_test_s=1.0))
         outcome = run_one(AfterIdlePenalty, ctx)
         idle = ctx.get(IDLE)
     assert idle.idle_s == 1.0 and idle.after_idle.ok
@@ -25,7 +25,7 @@ def test_unload_after_idle_is_measured_and_reported():
 
 def test_no_unload_no_finding():
     with SimServer(get_profile("healthy")) as sim:
-        ctx = Context(Target(sim.base_url), Options(samples=3, idle_test_s=0.3))
+        ctx = Context(Target(sim.base_url), Options.of(samples=3, idle_test_s=0.3))
         assert run_one(AfterIdlePenalty, ctx).status == "passed"
 
 

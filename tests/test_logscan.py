@@ -341,7 +341,7 @@ def test_memory_stays_flat_on_a_50_mb_log(tmp_path: Path) -> None:
 
 
 def _ctx(**options: object) -> Context:
-    return Context(target=None, options=Options(**options))  # type: ignore[arg-type]
+    return Context(target=None, options=Options.of(**options))  # type: ignore[arg-type]
 
 
 def test_probe_without_log_is_unavailable() -> None:

@@ -37,7 +37,7 @@ def test_150ms_dns_delay_is_the_top_network_finding_within_20_percent():
     records = {"llm.test": {"A": ["127.0.0.1"], "AAAA": ["::1"]}}
     try:
         with DnsResponder(records, delay_s=0.150, ttl=300) as server:
-            ctx = Context(Target(f"http://llm.test:{port}/v1"), Options(dns_server=server.address))
+            ctx = Context(Target(f"http://llm.test:{port}/v1"), Options.of(dns_server=server.address))
             outcomes = [run_one(c, ctx) for c in (SlowDns, DnsFallback, Ipv6Unreachable, ShortDnsTtl)]
     finally:
         listener.close()
@@ -54,7 +54,7 @@ def test_150ms_dns_delay_is_the_top_network_finding_within_20_percent():
 def test_closing_connections_quantify_the_per_request_handshake():
     with SimServer(get_profile("close-connections")) as sim, \
             DelayProxy(("127.0.0.1", sim.port), 0.025) as proxy:
-        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options(samples=4))
+        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options.of(samples=4))
         reuse = run_one(NoConnectionReuse, ctx)
         rtt = run_one(RttShare, ctx)
     (finding,) = reuse.findings
@@ -66,5 +66,5 @@ def test_closing_connections_quantify_the_per_request_handshake():
 
 def test_healthy_loopback_endpoint_has_no_transport_findings():
     with SimServer(get_profile("healthy")) as sim:
-        ctx = Context(Target(sim.base_url), Options(samples=3))
+        ctx = Context(Target(sim.base_url), Options.of(samples=3))
         assert [run_one(c, ctx).status for c in (NoConnectionReuse, RttShare)] == ["passed", "passed"]

@@ -22,7 +22,7 @@ def test_a_default_run_stays_inside_its_dry_run_plan(capsys: pytest.CaptureFixtu
         target = Target(base_url=server.base_url)
     planned = plan_requests(target, Options(), plan_probes(load_registry().checks, Options()))
     planned_paths = {urlsplit(u.strip()).path for r in planned for u in r.url.split(",")}
-    bound = min(sum(r.count for r in planned), Options().max_requests)
+    bound = min(sum(r.count for r in planned), Options().request.max_requests)
     sent = result.report["requests"]["sent"]
     assert sent == sum(by_path.values()) <= bound
     assert set(by_path) <= planned_paths, (by_path, planned_paths)

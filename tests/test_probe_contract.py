@@ -330,7 +330,8 @@ def test_an_off_probe_says_why_and_sends_nothing() -> None:
 def test_importing_the_catalog_imports_no_probe_module() -> None:
     code = ("import json, sys, llmdoctor.probes.catalog\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('llmdoctor.') and m not in "
-            "('llmdoctor.probes', 'llmdoctor.probes.catalog', 'llmdoctor.probes.contract', 'llmdoctor.probes.sizes'))))")
+            "('llmdoctor.probes', 'llmdoctor.probes.catalog', 'llmdoctor.probes.contract', "
+            "'llmdoctor.probes.sizes'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 from llmdoctor.recording import OPTIONS_FIELDS, OPTIONS_VERSION
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options
+from llmdoctor.target import OPTION_GROUP_OF, OPTION_GROUPS, Options
 from tests.cliutil import finding_ids, run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recordings"
@@ -42,23 +41,45 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
-def test_the_snapshot_names_its_version_and_every_option(recording: dict[str, Any]) -> None:
+def test_the_snapshot_names_its_version_and_every_option_by_group(recording: dict[str, Any]) -> None:
     assert recording["options_version"] == OPTIONS_VERSION
-    assert set(recording["options"]) == OPTIONS_FIELDS[OPTIONS_VERSION]
+    saved = {f"{group}.{name}" for group, fields in recording["options"].items() for name in fields}
+    assert saved == OPTIONS_FIELDS[OPTIONS_VERSION]
+    assert recording["options"]["request"]["samples"] == Options().request.samples
 
 
 def test_the_current_version_lists_the_fields_of_options() -> None:
     # A new Options field must be added to the snapshot's field list (or the version bumped).
-    assert OPTIONS_FIELDS[OPTIONS_VERSION] == {f.name for f in dataclasses.fields(Options)}
+    assert set(OPTION_GROUPS) == set(Options.__dataclass_fields__)
+    assert OPTIONS_FIELDS[OPTIONS_VERSION] == {f"{group}.{name}" for name, group in OPTION_GROUP_OF.items()}
 
 
 def test_an_unknown_option_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                               recording: dict[str, Any]) -> None:
-    data = {**recording, "options": {**recording["options"], "max_retries": 3}}
+    options = recording["options"]
+    data = {**recording, "options": {**options, "request": {**options["request"], "max_retries": 3}}}
     result = run_cli(capsys, "replay", _write(tmp_path, data))
     assert result.code == 3 and result.out == ""
     line = _one_line_error(result.err)
-    assert "'max_retries'" in line and f"options version {OPTIONS_VERSION}" in line
+    assert "'request.max_retries'" in line and f"options version {OPTIONS_VERSION}" in line and "unknown" in line
+
+
+def test_a_renamed_option_is_refused_with_its_new_name(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      recording: dict[str, Any]) -> None:
+    # Version 2 put every option in a group: a flat "timeout_s" in a version-2 snapshot is not read as it.
+    data = {**recording, "options": {**recording["options"], "timeout_s": 3.0}}
+    result = run_cli(capsys, "replay", _write(tmp_path, data))
+    assert result.code == 3
+    assert "'timeout_s'" in (line := _one_line_error(result.err)) and "renamed to 'request.timeout_s'" in line
+
+
+def test_an_unknown_field_of_a_version_1_snapshot_is_refused(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    old = json.loads((FIXTURES / "v0.1-demo.json").read_text())
+    data = {**old, "options": {**old["options"], "max_retries": 3}}
+    result = run_cli(capsys, "replay", _write(tmp_path, data))
+    assert result.code == 3
+    assert "'max_retries' is not in options version 1" in _one_line_error(result.err)
 
 
 def test_an_unknown_options_version_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -76,3 +97,11 @@ def test_a_recording_of_llmdoctor_0_1_still_replays(capsys: pytest.CaptureFixtur
     result = run_cli(capsys, "replay", str(path), "--json")
     assert result.code == 1, result.err
     assert finding_ids(result.report) == ["LD301", "LD702"]
+
+
+def test_a_version_1_snapshot_is_migrated_into_the_groups() -> None:
+    from llmdoctor.recording import load_recording
+
+    _, options, _ = load_recording(str(FIXTURES / "v0.1-demo.json"))
+    assert options.request.samples == 3 and options.gate.slos == ("ttft_p90=5000ms",)
+    assert options.diagnosis.followup is False and options.request.sweep_max_tokens == (1, 16, 64)

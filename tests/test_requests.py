@@ -123,7 +123,7 @@ def test_thousand_logged_requests_lint_fast(tmp_path: Path) -> None:
     path = make_jsonl(tmp_path / "logged.jsonl")
     checks = [e.load() for e in entry_points(group="llmdoctor.checks") if e.name[:3] in ("LD1", "LD6")]
     started = time.perf_counter()
-    ctx = Context(target=None, options=Options(request_files=(str(path),), context_window=4096))
+    ctx = Context(target=None, options=Options.of(request_files=(str(path),), context_window=4096))
     outcomes = [run_one(c, ctx) for c in checks]
     elapsed = time.perf_counter() - started
     assert len(ctx.get(catalog.REQUESTS).requests) == 1000
@@ -152,7 +152,7 @@ def test_local_tokenizer_counts_with_chat_template(tiny_tokenizer: str, tmp_path
     expected = len(ids)
     assert expected > len(tok.encode("What is the capital of France?", add_special_tokens=False)) + 5
     path = write(tmp_path, "r.json", json.dumps({"messages": messages, "max_tokens": 16}))
-    ctx = Context(target=None, options=Options(request_files=(path,), tokenizer=tiny_tokenizer, context_window=64))
+    ctx = Context(target=None, options=Options.of(request_files=(path,), tokenizer=tiny_tokenizer, context_window=64))
     counted = ctx.get(catalog.PROMPT_TOKENS)
     assert counted.method == "tokenizer" and counted.counts[0].tokens == expected
     assert "chat template" in counted.counts[0].method
@@ -165,7 +165,7 @@ def test_local_tokenizer_measures_odd_character_inflation(tiny_tokenizer: str) -
     from llmdoctor.runner import run_one
 
     path = str(REQUESTS / "odd-characters.json")
-    ctx = Context(target=None, options=Options(request_files=(path,), tokenizer=tiny_tokenizer))
+    ctx = Context(target=None, options=Options.of(request_files=(path,), tokenizer=tiny_tokenizer))
     outcome = run_one(OddCharacters, ctx)
     (finding,) = outcome.findings
     inflation = ctx.get(catalog.PROMPT_TOKENS).counts[0].odd_tokens
@@ -174,7 +174,7 @@ def test_local_tokenizer_measures_odd_character_inflation(tiny_tokenizer: str) -
 
 
 def test_missing_tokenizer_falls_back_to_a_stated_estimate(tmp_path: Path) -> None:
-    ctx = Context(target=None, options=Options(request_files=(str(REQUESTS / "clean-chat.json"),),
+    ctx = Context(target=None, options=Options.of(request_files=(str(REQUESTS / "clean-chat.json"),),
                                                tokenizer=str(tmp_path / "absent")))
     counted = ctx.get(catalog.PROMPT_TOKENS)
     assert counted.method == "estimate"
@@ -196,7 +196,7 @@ def test_server_tokenize_end_to_end(tmp_path: Path) -> None:
     path = make_jsonl(tmp_path / "logged.jsonl", n=50)
     bodies = [json.loads(line) for line in path.read_text().splitlines()]
     with sim.SimServer(sim.get_profile("healthy")) as server:
-        ctx = Context(Target(server.base_url), Options(request_files=(str(path),)))
+        ctx = Context(Target(server.base_url), Options.of(request_files=(str(path),)))
         try:
             counted = ctx.get(catalog.PROMPT_TOKENS)
             server_counts = ctx.get(catalog.SERVER_TOKENS)
@@ -217,7 +217,7 @@ def test_prefill_probe_measures_cost_per_prompt_token() -> None:
     sim = _sim()
     profile = sim.get_profile("healthy", per_prompt_token_ms=0.5, jitter_ms=0.0)
     with sim.SimServer(profile) as server:
-        ctx = Context(Target(server.base_url), Options(samples=2, warmup=0))
+        ctx = Context(Target(server.base_url), Options.of(samples=2, warmup=0))
         try:
             result = ctx.get(catalog.PREFILL)
         finally:

@@ -179,7 +179,7 @@ JSON = "application/json"
 
 
 def _ctx(url: str, **options: object) -> Context:
-    return Context(target=Target(base_url=url + "/v1", model="m"), options=Options(max_requests=20, **options))
+    return Context(target=Target(base_url=url + "/v1", model="m"), options=Options.of(max_requests=20, **options))
 
 
 def test_probe_scrapes_vllm_twice(serve) -> None:
@@ -237,7 +237,7 @@ def test_probe_against_the_simulator_sees_our_requests() -> None:
     from llmdoctor.sim.profiles import get_profile
 
     with sim_mod.SimServer(get_profile("healthy")) as sim:
-        ctx = Context(target=Target(base_url=sim.base_url), options=Options(samples=3, max_requests=30))
+        ctx = Context(target=Target(base_url=sim.base_url), options=Options.of(samples=3, max_requests=30))
         result = ctx.get(SERVER_METRICS)
         base = ctx.get(BASELINE)
     assert base is not None and result.backend == "vllm"

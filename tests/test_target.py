@@ -49,3 +49,18 @@ def test_display_url_is_the_one_scrubber() -> None:
     assert display_url("user:pw@proxy:3128") == "***@proxy:3128"  # a proxy variable without a scheme
     assert display_url("http://[::1") == "http://[::1"  # text urlsplit rejects is quoted as it is
     assert display_url("http://h:8000/v1") == "http://h:8000/v1"
+
+
+def test_options_are_grouped_by_concern_and_take_flat_names_where_asked() -> None:
+    from llmdoctor.target import OPTION_GROUP_OF, Options
+
+    o = Options.of(samples=3, logs=("vllm.log",), dns_server="127.0.0.1", slos=("ttft_p90=800ms",))
+    assert (o.request.samples, o.evidence.logs, o.network.dns_server, o.gate.slos) == (
+        3, ("vllm.log",), "127.0.0.1", ("ttft_p90=800ms",))
+    assert o.request.timeout_s == Options().request.timeout_s  # the rest keeps its defaults
+    changed = o.with_fields(followup=False, typical_output_tokens=128)
+    assert changed.diagnosis.followup is False and changed.workload.typical_output_tokens == 128
+    assert changed.request.samples == 3 and o.diagnosis.followup is True  # a copy
+    assert OPTION_GROUP_OF["compare_file"] == "gate" and OPTION_GROUP_OF["pid"] == "evidence"
+    with pytest.raises(TypeError, match="no field 'sample'"):
+        Options.of(sample=3)

@@ -21,7 +21,7 @@ from tests.delayproxy import DelayProxy
 
 def test_injected_50ms_rtt_is_measured_within_10_percent():
     with SimServer(get_profile("healthy")) as sim, DelayProxy(("127.0.0.1", sim.port), 0.025) as proxy:
-        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options(samples=5))
+        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options.of(samples=5))
         result = ctx.get(TRANSPORT)
     assert result.tcp_connections == 5 and len(result.connect_ms) == 5
     assert result.rtt_ms == pytest.approx(50, rel=0.10)
@@ -37,7 +37,7 @@ def test_injected_50ms_rtt_is_measured_within_10_percent():
 def test_closing_server_pays_a_handshake_per_request():
     with SimServer(get_profile("close-connections")) as sim, \
             DelayProxy(("127.0.0.1", sim.port), 0.025) as proxy:
-        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options(samples=4))
+        ctx = Context(Target(f"http://127.0.0.1:{proxy.port}/v1"), Options.of(samples=4))
         result = ctx.get(TRANSPORT)
         generation = [t for t in ctx.client.history if t.path.endswith("/chat/completions")]
     ka = result.keepalive
@@ -92,7 +92,7 @@ def tls_server():
 
 def test_tls_handshake_version_and_alpn(tls_server):
     port, ca_file = tls_server
-    ctx = Context(Target(f"https://localhost:{port}/v1"), Options(samples=3, ca_bundle=ca_file, timeout_s=3))
+    ctx = Context(Target(f"https://localhost:{port}/v1"), Options.of(samples=3, ca_bundle=ca_file, timeout_s=3))
     result = ctx.get(TRANSPORT)
     assert result.tls_error == ""
     assert result.tls_version in ("TLSv1.3", "TLSv1.2") and result.tls_cipher
@@ -103,9 +103,9 @@ def test_tls_handshake_version_and_alpn(tls_server):
 
 def test_tls_without_the_ca_fails_verification(tls_server):
     port, _ = tls_server
-    result = Context(Target(f"https://localhost:{port}/v1"), Options(timeout_s=3)).get(TRANSPORT)
+    result = Context(Target(f"https://localhost:{port}/v1"), Options.of(timeout_s=3)).get(TRANSPORT)
     assert "CERTIFICATE_VERIFY_FAILED" in result.tls_error and result.tls_handshake_ms == []
-    insecure = Context(Target(f"https://localhost:{port}/v1"), Options(insecure=True, timeout_s=3))
+    insecure = Context(Target(f"https://localhost:{port}/v1"), Options.of(insecure=True, timeout_s=3))
     assert insecure.get(TRANSPORT).tls_error == ""
 
 
@@ -114,7 +114,7 @@ def test_nothing_listening_is_unavailable():
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    ctx = Context(Target(f"http://127.0.0.1:{port}/v1"), Options(samples=3))
+    ctx = Context(Target(f"http://127.0.0.1:{port}/v1"), Options.of(samples=3))
     assert ctx.optional(TRANSPORT) is None
     assert "cannot connect" in next(s.reason for s in ctx.statuses() if s.name == "transport")
 

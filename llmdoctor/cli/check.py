@@ -113,17 +113,19 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     redirects, rate-limits or answers garbage is a finding (LD001, exit 2), never a crash.
     Ctrl-C prints the partial report: exit 3, or 2 if something critical was already found.
     """
-    from llmdoctor.target import Options
+    from llmdoctor.target import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
 
     if fmt is None:
         fmt = "json" if as_json else "text"
     options = Options(
-        timeout_s=timeout_s, max_requests=max_requests, samples=samples,
-        typical_output_tokens=typical_output_tokens, insecure=insecure, ca_bundle=ca_bundle,
-        logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
-        gpu_metrics_url=gpu_metrics_url, pid=pid, request_files=request_files, tokenizer=tokenizer,
-        context_window=context_window, dns_server=dns_server, concurrency=concurrency, idle_test_s=idle_test_s,
-        deadline_s=deadline_s, verbose=verbose, followup=not no_followup,
+        request=RequestPolicy(timeout_s=timeout_s, max_requests=max_requests, samples=samples,
+                              idle_test_s=idle_test_s, deadline_s=deadline_s, verbose=verbose),
+        evidence=ServerEvidence(logs=logs, journal_unit=journal_unit, since=since, metrics_url=metrics_url,
+                                gpu_metrics_url=gpu_metrics_url, pid=pid),
+        workload=Workload(request_files=request_files, tokenizer=tokenizer, context_window=context_window,
+                          typical_output_tokens=typical_output_tokens),
+        network=NetworkOptions(dns_server=dns_server, insecure=insecure, ca_bundle=ca_bundle, concurrency=concurrency),
+        diagnosis=DiagnosisOptions(followup=not no_followup),
     )
     options = with_budget(options, followup_budget)
     validate_inputs(options)

@@ -43,7 +43,7 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
       llmdoctor compare -e https://llm.prod.internal -e http://clean-box:8000 --samples 20
     """
     from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
-    from llmdoctor.target import DEFAULT_API_KEY_ENV, Options
+    from llmdoctor.target import DEFAULT_API_KEY_ENV, NetworkOptions, Options, RequestPolicy
 
     if len(endpoints) != 2:
         raise UsageProblem("compare needs exactly two --endpoint values (A and B)")
@@ -59,7 +59,8 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
                          api_key_env=pick(key_envs, i, DEFAULT_API_KEY_ENV) or DEFAULT_API_KEY_ENV)
         for i, url in enumerate(endpoints)
     ]
-    options = Options(timeout_s=timeout_s, samples=samples, insecure=insecure, max_requests=samples + 10)
+    options = Options(request=RequestPolicy(timeout_s=timeout_s, samples=samples, max_requests=samples + 10),
+                      network=NetworkOptions(insecure=insecure))
     result = run_side_by_side(targets, options)
     text = json.dumps(to_dict(result), indent=2) + "\n" if as_json else render_text(result)
     emit(text, output)

@@ -76,7 +76,7 @@ def apply_gate(options: Any, slos: Sequence[str], compare_file: str | None) -> A
             reference_from_recording(compare_file)
         except RecordingError as exc:
             raise UsageProblem(str(exc)) from None
-    return dataclasses.replace(options, slos=merged, compare_file=compare_file)
+    return dataclasses.replace(options, gate=dataclasses.replace(options.gate, slos=merged, compare_file=compare_file))
 
 
 def inject_reference(measurements: dict[str, Any], compare_file: str | None) -> dict[str, Any]:

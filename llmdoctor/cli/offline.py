@@ -68,7 +68,7 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
     require_format(fmt or "text")
     require_known_ids(select, ignore)
     if slos or compare_file:
-        options = apply_gate(options, slos, compare_file or options.compare_file)
+        options = apply_gate(options, slos, compare_file or options.gate.compare_file)
         measurements = inject_reference(measurements, compare_file)
     run_and_exit(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
          recorded=measurements)

@@ -74,22 +74,23 @@ def with_budget(options: Options, text: str) -> Options:
     from llmdoctor.diagnosis.budget import BudgetError, parse_budget
 
     try:
-        requests, seconds = parse_budget(text, options.followup_requests, options.followup_seconds)
+        requests, seconds = parse_budget(text, options.diagnosis.followup_requests, options.diagnosis.followup_seconds)
     except BudgetError as exc:
         raise UsageProblem(str(exc)) from None
-    return dataclasses.replace(options, followup_requests=requests, followup_seconds=seconds)
+    diagnosis = dataclasses.replace(options.diagnosis, followup_requests=requests, followup_seconds=seconds)
+    return dataclasses.replace(options, diagnosis=diagnosis)
 
 
 def validate_inputs(options: Options) -> None:
     """Fail fast (exit 3) on input files that cannot be read, before sending anything."""
-    for path in options.logs:
+    for path in options.evidence.logs:
         if path != "-" and not os.path.isfile(path):
             raise UsageProblem(f"--log {path}: no such file")
-    if options.request_files:
+    if options.workload.request_files:
         from llmdoctor.request_files import RequestFileError, load_requests
 
         try:
-            load_requests(options.request_files)
+            load_requests(options.workload.request_files)
         except RequestFileError as exc:
             raise UsageProblem(str(exc)) from None
 

@@ -115,7 +115,7 @@ def facts_from(ctx: Context) -> Facts:
         reused=sum(1 for t in later if t.reused_connection),
         setup_ms=[t.setup_ms for t in later if not t.reused_connection],
         waiting=metrics.worst("requests_waiting") if metrics is not None else None,
-        typical_output_tokens=ctx.options.typical_output_tokens,
+        typical_output_tokens=ctx.options.workload.typical_output_tokens,
     )
 
 
@@ -391,7 +391,8 @@ class FollowUp(Generic[T]):
 
 def _sweep_seconds(f: Facts, options: Options) -> float:
     per = f.decode_ms or 0.0
-    return options.sweep_repeats * sum(f.warm_ttft_ms + n * per for n in options.sweep_max_tokens) / 1000
+    policy = options.request
+    return policy.sweep_repeats * sum(f.warm_ttft_ms + n * per for n in policy.sweep_max_tokens) / 1000
 
 
 def _needs_metrics(ctx: Context) -> str | None:
@@ -423,6 +424,6 @@ _TESTS = (
              lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _repeat),
     FollowUp(FOLLOWUP_IDLE, "idle test (scale-to-zero / keep-alive unload)",
              {"cold_start": (0.8, 0.2)},
-             lambda f, o: (o.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000, _idle, also=(IDLE,)),
+             lambda f, o: (o.request.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000, _idle, also=(IDLE,)),
 )
 FOLLOWUPS: tuple[FollowUpTest, ...] = _TESTS

@@ -112,8 +112,8 @@ def diagnose_followups(ctx: Context) -> Diagnosis:
     ctx.get(BASELINE)  # nothing to diagnose without a working request (raises with the reason)
     ctx.optional(SERVER_METRICS)
     facts: Facts = facts_from(ctx)
-    d = Diagnosis(symptom=symptom(facts), budget_requests=options.followup_requests,
-                  budget_s=options.followup_seconds)
+    d = Diagnosis(symptom=symptom(facts), budget_requests=options.diagnosis.followup_requests,
+                  budget_s=options.diagnosis.followup_seconds)
     d.hypotheses = [HypothesisState(h.id, h.title, h.prior, h.prior, "open") for h in HYPOTHESES]
     seen, impacts = first_pass(facts)
     _apply(d, seen, "first pass (first request, baseline, GET /v1/models, metrics)", impacts)

@@ -115,16 +115,16 @@ class BaselineResult:
 
 
 def baseline(ctx: Context) -> BaselineResult:
-    """Warm up, then send `options.samples` minimal requests."""
+    """Warm up, then send `options.request.samples` minimal requests."""
     first = ctx.get(FIRST_REQUEST)
     if not first.ok:
         raise ProbeUnavailable(f"the first generation request failed: {describe_failure(first)}")
     info = _model(ctx)
     assert info.model is not None
     result = BaselineResult(model=info.model, max_tokens=BASELINE_MAX_TOKENS, warmup=[first])
-    for _ in range(max(0, ctx.options.warmup - 1)):
+    for _ in range(max(0, ctx.options.request.warmup - 1)):
         result.warmup.append(_say_ok(ctx, info.model))
-    for _ in range(ctx.options.samples):
+    for _ in range(ctx.options.request.samples):
         timing = _say_ok(ctx, info.model)
         result.samples.append(timing)
         if timing.status in _STOP_STATUSES:
@@ -187,8 +187,8 @@ def sweep(ctx: Context) -> SweepResult:
     """Vary max_tokens (interleaved repeats, so drift hits every length alike) and fit a line."""
     base = ctx.get(BASELINE)
     result = SweepResult()
-    for _ in range(ctx.options.sweep_repeats):
-        for max_tokens in ctx.options.sweep_max_tokens:
+    for _ in range(ctx.options.request.sweep_repeats):
+        for max_tokens in ctx.options.request.sweep_max_tokens:
             extra = {"model": base.model, "temperature": 0}
             if result.ignore_eos:
                 _force_length(extra, max_tokens)

@@ -67,24 +67,24 @@ def _first_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _baseline_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, max(0, o.warmup - 1) + o.samples,
+    return [request("POST", e.chat, CHAT_BODY, max(0, o.request.warmup - 1) + o.request.samples,
                     "stops at the first 401/403/404/429/503")]
 
 
 def _sweep_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, SWEEP_BODY, 2 * o.sweep_repeats * len(o.sweep_max_tokens),
-                    f"max_tokens in {list(o.sweep_max_tokens)} × {o.sweep_repeats}; "
+    return [request("POST", e.chat, SWEEP_BODY, 2 * o.request.sweep_repeats * len(o.request.sweep_max_tokens),
+                    f"max_tokens in {list(o.request.sweep_max_tokens)} × {o.request.sweep_repeats}; "
                     "each resent without ignore_eos if the server rejects it")]
 
 
 def _server_metrics_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("GET", o.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the baseline"),
+    return [request("GET", o.evidence.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the baseline"),
             request("GET", f"{e.root}/api/ps", "-", 2, "only if no /metrics"),
             request("GET", f"{e.root}/props, {e.root}/slots", "-", 2, "only if neither answers")]
 
 
 def _gpu_metrics_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("GET", o.gpu_metrics_url, "-", 1)] if o.gpu_metrics_url else []
+    return [request("GET", o.evidence.gpu_metrics_url, "-", 1)] if o.evidence.gpu_metrics_url else []
 
 
 def _context_window_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -103,12 +103,12 @@ def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.idle_test_s:g} s idle")]
+    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.request.idle_test_s:g} s idle")]
 
 
 def _concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.concurrency,
-                    f"{SINGLE_REQUESTS} alone, then {o.concurrency} in parallel")]
+    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.network.concurrency,
+                    f"{SINGLE_REQUESTS} alone, then {o.network.concurrency} in parallel")]
 
 
 def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -117,11 +117,11 @@ def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedReque
 
 
 def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.idle_test_s or DEFAULT_IDLE_S:g} s idle")]
+    return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.request.idle_test_s or DEFAULT_IDLE_S:g} s idle")]
 
 
 def _lone_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("GET", o.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the request"),
+    return [request("GET", o.evidence.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the request"),
             request("POST", e.chat, CHAT_BODY, 1)]
 
 
@@ -130,43 +130,43 @@ def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _diagnosis_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST/GET", f"{e.chat}, {e.root}/metrics", "follow-up tests", o.followup_requests,
+    return [request("POST/GET", f"{e.chat}, {e.root}/metrics", "follow-up tests", o.diagnosis.followup_requests,
                     "the differential diagnosis orders only the tests that still tell its hypotheses apart "
                     "(prompt-length pair, lone request, 2 at once, repeated prompt, 2 s idle), within --budget")]
 
 
 # -- what switches a probe off --------------------------------------------------------------------
 def _no_requests(o: Options) -> str | None:
-    return None if o.request_files else "no request given (use --request FILE)"
+    return None if o.workload.request_files else "no request given (use --request FILE)"
 
 
 def _no_logs(o: Options) -> str | None:
-    return None if o.logs or o.journal_unit else "no server log given (use --log FILE)"
+    return None if o.evidence.logs or o.evidence.journal_unit else "no server log given (use --log FILE)"
 
 
 def _no_gpu_metrics_url(o: Options) -> str | None:
-    return None if o.gpu_metrics_url else \
+    return None if o.evidence.gpu_metrics_url else \
         "no --gpu-metrics-url given (a DCGM exporter, usually http://HOST:9400/metrics)"
 
 
 def _context_window_given(o: Options) -> str | None:
-    return f"given by --context-window {o.context_window}" if o.context_window else None
+    return f"given by --context-window {o.workload.context_window}" if o.workload.context_window else None
 
 
 def _no_concurrency(o: Options) -> str | None:
-    return None if o.concurrency > 0 else "concurrency probe is opt-in: --concurrency N"
+    return None if o.network.concurrency > 0 else "concurrency probe is opt-in: --concurrency N"
 
 
 def _no_idle_test(o: Options) -> str | None:
-    return None if o.idle_test_s > 0 else "idle test is opt-in: --idle-test SECONDS"
+    return None if o.request.idle_test_s > 0 else "idle test is opt-in: --idle-test SECONDS"
 
 
 def _no_reference(o: Options) -> str | None:
-    return None if o.compare_file else "no baseline file given (--compare FILE)"
+    return None if o.gate.compare_file else "no baseline file given (--compare FILE)"
 
 
 def _no_followup(o: Options) -> str | None:
-    return None if o.followup else "follow-up tests off (--no-followup)"
+    return None if o.diagnosis.followup else "follow-up tests off (--no-followup)"
 
 
 # -- the probes -----------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def concurrency(ctx: Context) -> ConcurrencyResult:
     off = CONCURRENCY.off_reason(ctx.options)
     if off:
         raise ProbeUnavailable(off)
-    return concurrency_step(ctx, ctx.options.concurrency)
+    return concurrency_step(ctx, ctx.options.network.concurrency)
 
 
 def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:

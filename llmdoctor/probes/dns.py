@@ -3,7 +3,7 @@
 Measures what a new connection pays to find the endpoint:
 
 - the system resolver (``getaddrinfo``, what most HTTP clients call per new connection);
-- each configured DNS server (``/etc/resolv.conf``, or ``Options.dns_server``: ``IP[:PORT]``,
+- each configured DNS server (``/etc/resolv.conf``, or ``Options.network.dns_server``: ``IP[:PORT]``,
   several separated by commas, tried in order like resolv.conf), for A and AAAA: time, answers,
   TTL, response code, or a timeout;
 - ``/etc/hosts`` overrides of the name;
@@ -331,14 +331,14 @@ def _connect(address: str, port: int, timeout_s: float) -> AddressCheck:
 
 
 def _servers(ctx: Context, result: DnsResult) -> list[tuple[str, int, str]]:
-    if ctx.options.dns_server:
+    if ctx.options.network.dns_server:
         result.explicit_servers = True
         try:
-            parsed = parse_dns_servers(ctx.options.dns_server)
+            parsed = parse_dns_servers(ctx.options.network.dns_server)
         except ValueError as exc:
             from llmdoctor.context import ProbeUnavailable
 
-            raise ProbeUnavailable(f"bad --dns-server {ctx.options.dns_server!r}: {exc}") from None
+            raise ProbeUnavailable(f"bad --dns-server {ctx.options.network.dns_server!r}: {exc}") from None
         return [(h, p, "--dns-server") for h, p in parsed]
     names, timeout, attempts = parse_resolv_conf(_read(RESOLV_CONF))
     result.resolver_timeout_s, result.resolver_attempts = timeout, attempts
@@ -356,7 +356,7 @@ def resolve(ctx: Context) -> DnsResult:
     host, port = ctx.target.host, ctx.target.port
     if is_ip_literal(host):
         return DnsResult(host=host, is_ip_literal=True, note="the endpoint is an IP address: no DNS lookup")
-    timeout_s = min(QUERY_TIMEOUT_S, ctx.options.timeout_s)
+    timeout_s = min(QUERY_TIMEOUT_S, ctx.options.request.timeout_s)
     result = DnsResult(host=host, is_ip_literal=False, query_timeout_s=timeout_s)
     result.hosts_file_addresses = hosts_file_addresses(host, _read(HOSTS_FILE))
     if result.hosts_file_addresses:
@@ -387,7 +387,7 @@ def resolve(ctx: Context) -> DnsResult:
     for addr in dict.fromkeys(addresses):
         if is_ip_literal(addr):
             by_family["ipv6" if ":" in addr else "ipv4"].append(addr)
-    connect_timeout = min(CONNECT_TIMEOUT_S, ctx.options.timeout_s)
+    connect_timeout = min(CONNECT_TIMEOUT_S, ctx.options.request.timeout_s)
     for family_addresses in by_family.values():
         for addr in family_addresses[:MAX_ADDRESSES_PER_FAMILY]:
             result.addresses.append(_connect(addr, port, ctx.cap_timeout(connect_timeout)))

@@ -56,7 +56,7 @@ def followup_idle(ctx: Context) -> IdleResult:
     """The ``idle`` probe with ``--idle-test`` seconds, or `DEFAULT_IDLE_S` without it (1 request)."""
     from llmdoctor.probes.idle import after_idle
 
-    return after_idle(ctx, ctx.options.idle_test_s or DEFAULT_IDLE_S)
+    return after_idle(ctx, ctx.options.request.idle_test_s or DEFAULT_IDLE_S)
 
 
 @dataclass
@@ -104,7 +104,7 @@ def lone_request(ctx: Context) -> LoneRequestResult:
     if metrics.before.ttft is None and metrics.before.queue_time is None:
         raise ProbeUnavailable(f"{metrics.backend} exports no TTFT or queue-time histogram")
     base = ctx.get(BASELINE)
-    url = ctx.options.metrics_url or metrics.url or "/metrics"
+    url = ctx.options.evidence.metrics_url or metrics.url or "/metrics"
     text = fetch_text(ctx, url)
     if text is None:
         raise ProbeUnavailable(f"GET {url} failed")

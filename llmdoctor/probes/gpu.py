@@ -340,7 +340,7 @@ def gpu_metrics(ctx: Context) -> GpuSnapshot:
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.metrics import fetch_text
 
-    url = ctx.options.gpu_metrics_url
+    url = ctx.options.evidence.gpu_metrics_url
     if not url:
         raise ProbeUnavailable(GPU_METRICS.off_reason(ctx.options) or "no --gpu-metrics-url given")
     text = fetch_text(ctx, url)

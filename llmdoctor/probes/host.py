@@ -197,11 +197,11 @@ def host(ctx: Context) -> HostResult:
 
     found = None
     source = ""
-    if ctx.options.pid is not None:
+    if ctx.options.evidence.pid is not None:
         try:
-            found = (psutil.Process(ctx.options.pid), "")
+            found = (psutil.Process(ctx.options.evidence.pid), "")
         except psutil.NoSuchProcess:
-            raise ProbeUnavailable(f"--pid {ctx.options.pid}: no such process") from None
+            raise ProbeUnavailable(f"--pid {ctx.options.evidence.pid}: no such process") from None
         source = "pid"
     elif ctx.target is not None and _is_local(ctx.target.host):
         # Only a local endpoint has its server process on this machine; a remote endpoint's
@@ -239,6 +239,6 @@ def host(ctx: Context) -> HostResult:
             result.server_process = describe_process(*found)
         except psutil.NoSuchProcess:
             result.note = "the server process exited while being read"
-    elif ctx.options.pid is None:
+    elif ctx.options.evidence.pid is None:
         result.note = "no server process found for the endpoint on this machine; pass --pid if it runs here"
     return result

@@ -42,13 +42,13 @@ class IdleResult:
 
 
 def idle_test(ctx: Context) -> IdleResult:
-    """Wait `options.idle_test_s`, send one minimal request, compare with the warm baseline."""
+    """Wait `options.request.idle_test_s`, send one minimal request, compare with the warm baseline."""
     from llmdoctor.context import ProbeUnavailable
 
     off = IDLE.off_reason(ctx.options)
     if off:
         raise ProbeUnavailable(off)
-    return after_idle(ctx, float(ctx.options.idle_test_s))
+    return after_idle(ctx, float(ctx.options.request.idle_test_s))
 
 
 def after_idle(ctx: Context, idle_s: float) -> IdleResult:

@@ -71,18 +71,18 @@ def scan_logs(ctx: Context) -> LogScan:
     if off:
         raise ProbeUnavailable(off)
     since_filter = None
-    if options.since:
+    if options.evidence.since:
         try:
-            since_filter = _since_filter(parse_since(options.since))
+            since_filter = _since_filter(parse_since(options.evidence.since))
         except ValueError:
             raise ProbeUnavailable(
-                f"cannot understand --since {options.since!r} (use e.g. 2h, 30m or 2024-05-01T10:00)"
+                f"cannot understand --since {options.evidence.since!r} (use e.g. 2h, 30m or 2024-05-01T10:00)"
             ) from None
-    scanner = LogScanner(since=options.since, since_filter=since_filter)
-    for path in options.logs:
+    scanner = LogScanner(since=options.evidence.since, since_filter=since_filter)
+    for path in options.evidence.logs:
         _scan_path(scanner, path)
-    if options.journal_unit:
-        _scan_journal(scanner, options.journal_unit, options.since)
+    if options.evidence.journal_unit:
+        _scan_journal(scanner, options.evidence.journal_unit, options.evidence.since)
     result = scanner.result()
     if result.files_read == 0:
         reasons = "; ".join(f"{f.name}: {f.error}" for f in result.files if f.error)

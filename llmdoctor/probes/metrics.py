@@ -367,11 +367,11 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
     """Scrape backend metrics before and after the ``baseline`` probe."""
     from llmdoctor.context import ProbeUnavailable
 
-    if ctx.target is None and not ctx.options.metrics_url:
+    if ctx.target is None and not ctx.options.evidence.metrics_url:
         raise ProbeUnavailable("no endpoint given")
-    if not ctx.options.metrics_url and not ctx.get(DISCOVERY).reachable:
+    if not ctx.options.evidence.metrics_url and not ctx.get(DISCOVERY).reachable:
         raise ProbeUnavailable("endpoint not reachable")
-    url = ctx.options.metrics_url or "/metrics"
+    url = ctx.options.evidence.metrics_url or "/metrics"
     notes: list[str] = []
     before, why = _scrape(ctx, url, None)
     native: str | None = None

@@ -67,7 +67,7 @@ def prefill(ctx: Context) -> PrefillResult:
         raise ProbeUnavailable("no successful baseline request: not measuring prefill")
     info = ctx.optional(DISCOVERY)
     model = getattr(info, "model", None)
-    window = ctx.options.context_window or getattr(info, "context_window", None)
+    window = ctx.options.workload.context_window or getattr(info, "context_window", None)
     long_words = LONG_WORDS if not window else max(SHORT_WORDS * 4, min(LONG_WORDS, int(window * 0.5)))
     rng = random.Random()
     extra = {"model": model} if model else None

@@ -71,10 +71,10 @@ def reference_from_recording(path: str) -> Reference:
 
 
 def reference(ctx: Context) -> Reference:
-    """The probe: load ``options.compare_file``."""
+    """The probe: load ``options.gate.compare_file``."""
     from llmdoctor.recording import RecordingError
 
-    path = ctx.options.compare_file
+    path = ctx.options.gate.compare_file
     if not path:
         raise ProbeUnavailable(REFERENCE.off_reason(ctx.options) or "no baseline file given")
     try:

@@ -38,7 +38,7 @@ class RequestSet:
 
 def read_requests(ctx: Context) -> RequestSet:
     """Read and normalise ``Options.request_files``."""
-    paths = ctx.options.request_files
+    paths = ctx.options.workload.request_files
     off = REQUESTS.off_reason(ctx.options)
     if off:
         raise ProbeUnavailable(off)

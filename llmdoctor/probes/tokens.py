@@ -202,7 +202,7 @@ def server_tokens(ctx: Context) -> ServerTokens:
     requests = ctx.get(REQUESTS)
     discovery = ctx.optional(DISCOVERY)
     model = getattr(discovery, "model", None) or (ctx.target.model if ctx.target else None)
-    paths = ctx.options.request_files
+    paths = ctx.options.workload.request_files
     sizes = [r.prompt_chars for r in requests.requests]
     wanted = _sample_indexes(sizes)
     bodies: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -313,8 +313,8 @@ def context_window(ctx: Context) -> ContextWindow:
 # prompt_tokens
 # ----------------------------------------------------------------------------------------------
 def _window(ctx: Context, server: ServerTokens | None) -> tuple[int | None, str]:
-    if ctx.options.context_window:
-        return ctx.options.context_window, "--context-window"
+    if ctx.options.workload.context_window:
+        return ctx.options.workload.context_window, "--context-window"
     if server is not None and server.max_model_len:
         return server.max_model_len, f"{server.path} max_model_len"
     found = ctx.optional(CONTEXT_WINDOW)
@@ -330,11 +330,11 @@ def prompt_tokens(ctx: Context) -> PromptTokens:
     window, window_source = _window(ctx, server)
     notes: list[str] = []
     tokenizer = None
-    if ctx.options.tokenizer:
+    if ctx.options.workload.tokenizer:
         from llmdoctor.probes.local_tokenizer import TokenizerLoadError, load_tokenizer
 
         try:
-            tokenizer = load_tokenizer(ctx.options.tokenizer)
+            tokenizer = load_tokenizer(ctx.options.workload.tokenizer)
         except TokenizerLoadError as exc:
             notes.append(str(exc))
     sampled = {s.index: s for s in server.samples} if server is not None else {}
@@ -388,7 +388,7 @@ def prompt_tokens(ctx: Context) -> PromptTokens:
             rest = "by the local tokenizer" if tokenizer is not None else "by its chars/token ratio"
             detail += f", the rest {rest}"
     elif tokenizer is not None:
-        method, detail = "tokenizer", f"local tokenizer {ctx.options.tokenizer}"
+        method, detail = "tokenizer", f"local tokenizer {ctx.options.workload.tokenizer}"
     else:
         method, detail = "estimate", "characters / 4 (band ×0.8–×1.6); give --tokenizer or a server with /tokenize"
     return PromptTokens(method, detail, counts, window, window_source, notes)
@@ -396,6 +396,6 @@ def prompt_tokens(ctx: Context) -> PromptTokens:
 
 def _bodies(ctx: Context) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        yield from iter_bodies(ctx.options.request_files)
+        yield from iter_bodies(ctx.options.workload.request_files)
     except RequestFileError as exc:
         raise ProbeUnavailable(f"bad request file: {exc}") from None

@@ -239,12 +239,12 @@ def _sample(result: TransportResult, family: int, timeout_s: float) -> None:
 def _tls_context(ctx: Context) -> ssl.SSLContext:
     import ssl
 
-    if ctx.options.insecure:
+    if ctx.options.network.insecure:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     else:
-        context = ssl.create_default_context(cafile=ctx.options.ca_bundle)
+        context = ssl.create_default_context(cafile=ctx.options.network.ca_bundle)
     context.set_alpn_protocols(["h2", "http/1.1"])
     return context
 
@@ -298,9 +298,9 @@ def _measure(ctx: Context, result: TransportResult) -> TransportResult:
     target = ctx.target
     assert target is not None
     result.proxy = proxy_settings(target.scheme, target.host)
-    timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.timeout_s)
+    timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.request.timeout_s)
     result.address, family = _address(target.host, target.port, ctx.cap_timeout(timeout_s))
-    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.samples))
+    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.request.samples))
     for _ in range(samples):
         _sample(result, family, ctx.cap_timeout(timeout_s))
         if result.errors and (not result.connect_ms or "timed out" in result.errors[-1]):
