@@ -84,7 +84,7 @@ def counting_server(request):
 
 
 def _ctx(port: int, **options) -> Context:
-    return Context(Target(f"http://127.0.0.1:{port}/v1", model="m"), Options(**options))
+    return Context(Target(f"http://127.0.0.1:{port}/v1", model="m"), Options.of(**options))
 
 
 @pytest.mark.parametrize("counting_server", [(1, 0.1)], indirect=True)

@@ -41,7 +41,7 @@ def loopback_system_lookup(monkeypatch):
 
 
 def _probe(url: str, **options) -> dnsprobe.DnsResult:
-    return Context(Target(url), Options(**options)).get(DNS)
+    return Context(Target(url), Options.of(**options)).get(DNS)
 
 
 def test_ip_literal_skips_resolution():
