@@ -33,13 +33,22 @@ from tests.server_process import ServerProcess, ServerProcessError
 
 __all__ = [
     "DEFAULT_VLLM_PYTHON",
+    "KV_PRESSURE_ARGS",
     "LAUNCHER",
     "MAX_MODEL_LEN",
     "PYTHON_ENV",
+    "QUEUE_ARGS",
+    "V0_ONLY_METRICS",
+    "BackgroundLoad",
     "VllmServer",
     "VllmServerError",
+    "chat_tokens",
+    "metric",
+    "prompt_over",
     "vllm_available",
     "vllm_python",
+    "wait_for_metric",
+    "words",
 ]
 
 PYTHON_ENV = "LLMDOCTOR_VLLM_PYTHON"
@@ -50,6 +59,12 @@ MAX_MODEL_LEN = 1024
 READY_TIMEOUT_S = 300.0
 LOCK_WAIT_S = 900.0
 LOCK_PATH = Path(tempfile.gettempdir()) / "llmdoctor-vllm-server.lock"
+
+# Names in BACKENDS["vllm"] that vLLM V1 (0.32) no longer exports: V0 fallbacks kept for older servers.
+V0_ONLY_METRICS = frozenset({
+    "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
+    "vllm:time_per_output_token_seconds", "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
+})
 
 # Scenario flags (measured: see fixtures/vllm/README.md).
 QUEUE_ARGS = ("--max-num-seqs", "1")
@@ -232,7 +247,7 @@ def chat_tokens(url: str, model: str, content: str) -> int:
 
 def prompt_over(url: str, model: str, tokens: int) -> tuple[str, int]:
     """A chat prompt of just over `tokens` tokens by the server's tokenizer, and its count."""
-    n = max(8, tokens // 2)
+    n = max(8, tokens // 4)
     for _ in range(20):
         text = words(n)
         count = chat_tokens(url, model, text)

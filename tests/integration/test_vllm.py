@@ -36,6 +36,7 @@ from tests.vllm_server import (
     KV_PRESSURE_ARGS,
     MAX_MODEL_LEN,
     QUEUE_ARGS,
+    V0_ONLY_METRICS,
     BackgroundLoad,
     VllmServer,
     prompt_over,
@@ -46,11 +47,6 @@ from tests.vllm_server import (
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 CHECK_TIMEOUT_S = 420
-# Names in BACKENDS["vllm"] that vLLM V1 (0.32) no longer exports: V0 fallbacks, kept for older servers.
-V0_ONLY = {
-    "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
-    "vllm:time_per_output_token_seconds", "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
-}
 NOT_YET = "issue {n}: {why}"
 
 
@@ -84,25 +80,26 @@ def _save(tmp: Path, name: str, result: Result) -> dict[str, Any]:
 
 
 # -- the healthy server ---------------------------------------------------------------------------
+@pytest.fixture(scope="class")
+def healthy(vllm_version: str, tiny_hf_model: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("vllm-healthy")
+    server = VllmServer(tiny_hf_model, log_path=tmp / "server.log")
+    server.launch()
+    try:
+        loading = run_process("check", "--endpoint", server.url, "--pid", str(server.pid), "--json",
+                              "--select", "LD001", timeout=120)
+        still_loading = _refused(server.url)
+        server.wait_ready()
+        print(f"\nvllm-cpu {vllm_version}: ready in {server.startup_s:.1f} s, "
+              f"RSS {server.rss_bytes() / 2**30:.2f} GiB")
+        yield {"server": server, "tmp": tmp, "loading": loading, "loading_valid": still_loading}
+    finally:
+        server.stop()
+
+
 class TestHealthy:
     """One server with default flags; its start-up window is the "refused while loading" case."""
-
-    @pytest.fixture(scope="class")
-    def healthy(self, vllm_version: str, tiny_hf_model: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-        tmp = tmp_path_factory.mktemp("vllm-healthy")
-        server = VllmServer(tiny_hf_model, log_path=tmp / "server.log")
-        server.launch()
-        try:
-            loading = run_process("check", "--endpoint", server.url, "--pid", str(server.pid), "--json",
-                                  "--select", "LD001", timeout=120)
-            still_loading = _refused(server.url)
-            server.wait_ready()
-            print(f"\nvllm-cpu {vllm_version}: ready in {server.startup_s:.1f} s, "
-                  f"RSS {server.rss_bytes() / 2**30:.2f} GiB")
-            yield {"server": server, "tmp": tmp, "loading": loading, "loading_valid": still_loading}
-        finally:
-            server.stop()
 
     def test_refused_while_loading_names_the_closed_port_and_the_starting_process(
             self, healthy: dict[str, Any]) -> None:
@@ -152,7 +149,7 @@ class TestHealthy:
         histograms = (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inter_token,
                       *b.request_preemptions)
         missing = {n for n in gauges if n not in exported} | {n for n in histograms if n + "_count" not in exported}
-        assert missing == V0_ONLY & (set(gauges) | set(histograms)), sorted(missing)
+        assert missing == V0_ONLY_METRICS, sorted(missing)
         m = normalize(text)
         assert m.backend == "vllm" and m.model_names == [server.model_id]
         for attr in ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_total", "ttft",
@@ -196,21 +193,22 @@ def _refused(url: str) -> bool:
 
 
 # -- a real queue ---------------------------------------------------------------------------------
+@pytest.fixture(scope="class")
+def queue(vllm_version: str, tiny_hf_model: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("vllm-queue")
+    with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=QUEUE_ARGS) as server:
+        with BackgroundLoad(server.url, server.model_id, streams=2, max_tokens=200,
+                            max_requests_each=100, max_s=CHECK_TIMEOUT_S) as load:
+            wait_for_metric(server.url, "vllm:num_requests_waiting", 1)
+            result = _check(server, "--log", str(server.log_path))
+            sent = load.sent
+        report = _save(tmp, "queue", result)
+        yield {"server": server, "report": report, "background_sent": sent}
+
+
 class TestQueue:
     """``--max-num-seqs 1`` and two background streams: every request of ours waits its turn."""
-
-    @pytest.fixture(scope="class")
-    def queue(self, vllm_version: str, tiny_hf_model: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-        tmp = tmp_path_factory.mktemp("vllm-queue")
-        with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=QUEUE_ARGS) as server:
-            with BackgroundLoad(server.url, server.model_id, streams=2, max_tokens=200,
-                                max_requests_each=100, max_s=CHECK_TIMEOUT_S) as load:
-                wait_for_metric(server.url, "vllm:num_requests_waiting", 1)
-                result = _check(server, "--log", str(server.log_path))
-                waiting = load.sent
-            report = _save(tmp, "queue", result)
-            yield {"server": server, "report": report, "background_sent": waiting}
 
     def test_the_queue_is_real(self, queue: dict[str, Any]) -> None:
         """The control: vLLM's own histogram says our requests waited (else the case did not happen)."""
@@ -235,22 +233,23 @@ class TestQueue:
 KV_PROMPT = words(90)  # ~190 tokens; with 800 generated each, six requests need ~4x the 1,280-token cache
 
 
+@pytest.fixture(scope="class")
+def kv(vllm_version: str, tiny_hf_model: Path,
+       tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("vllm-kv")
+    with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=KV_PRESSURE_ARGS) as server:
+        with BackgroundLoad(server.url, server.model_id, streams=6, max_tokens=800, prompt=KV_PROMPT,
+                            distinct=True, max_requests_each=20, max_s=CHECK_TIMEOUT_S):
+            wait_for_metric(server.url, "vllm:num_preemptions_total", 1, timeout_s=120)
+            t0 = time.monotonic()
+            result = _check(server, "--log", str(server.log_path))
+            seconds = time.monotonic() - t0
+        report = _save(tmp, "kv", result)
+        yield {"server": server, "report": report, "check_s": seconds}
+
+
 class TestKvPressure:
     """A 1,280-token KV cache and six concurrent 800-token generations: real preemptions."""
-
-    @pytest.fixture(scope="class")
-    def kv(self, vllm_version: str, tiny_hf_model: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-        tmp = tmp_path_factory.mktemp("vllm-kv")
-        with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=KV_PRESSURE_ARGS) as server:
-            with BackgroundLoad(server.url, server.model_id, streams=6, max_tokens=800, prompt=KV_PROMPT,
-                                distinct=True, max_requests_each=20, max_s=CHECK_TIMEOUT_S):
-                wait_for_metric(server.url, "vllm:num_preemptions_total", 1, timeout_s=120)
-                t0 = time.monotonic()
-                result = _check(server, "--log", str(server.log_path))
-                seconds = time.monotonic() - t0
-            report = _save(tmp, "kv", result)
-            yield {"server": server, "report": report, "check_s": seconds}
 
     def test_preemptions_are_seen_in_the_metrics(self, kv: dict[str, Any]) -> None:
         """The control: the preemptions happened and LD205 read them from vLLM's counter."""
