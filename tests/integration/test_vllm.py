@@ -193,18 +193,24 @@ def _refused(url: str) -> bool:
 
 
 # -- a real queue ---------------------------------------------------------------------------------
-@pytest.fixture(scope="class")
-def queue(vllm_version: str, tiny_hf_model: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("vllm-queue")
-    with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=QUEUE_ARGS) as server:
-        with BackgroundLoad(server.url, server.model_id, streams=2, max_tokens=200,
-                            max_requests_each=100, max_s=CHECK_TIMEOUT_S) as load:
-            wait_for_metric(server.url, "vllm:num_requests_waiting", 1)
+def _check_under_load(model: Path, tmp: Path, name: str, server_args: tuple[str, ...], wait_metric: str,
+                      **load: Any) -> Iterator[dict[str, Any]]:
+    """Start vLLM with `server_args`, start the background load, wait until `wait_metric` moves, check."""
+    with VllmServer(model, log_path=tmp / "server.log", extra_args=server_args) as server:
+        with BackgroundLoad(server.url, server.model_id, max_s=CHECK_TIMEOUT_S, **load) as background:
+            wait_for_metric(server.url, wait_metric, 1, timeout_s=120)
+            t0 = time.monotonic()
             result = _check(server, "--log", str(server.log_path))
-            sent = load.sent
-        report = _save(tmp, "queue", result)
-        yield {"server": server, "report": report, "background_sent": sent}
+            seconds = time.monotonic() - t0
+        print(f"\n{name}: check took {seconds:.0f} s; background requests {background.sent} sent, "
+              f"{background.completed} completed, {background.failed} failed")
+        yield {"server": server, "report": _save(tmp, name, result), "check_s": seconds}
+
+
+@pytest.fixture(scope="class")
+def queue(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    yield from _check_under_load(tiny_hf_model, tmp_path_factory.mktemp("vllm-queue"), "queue", QUEUE_ARGS,
+                                 "vllm:num_requests_waiting", streams=2, max_tokens=200, max_requests_each=100)
 
 
 class TestQueue:
@@ -234,18 +240,10 @@ KV_PROMPT = words(90)  # ~190 tokens; with 800 generated each, six requests need
 
 
 @pytest.fixture(scope="class")
-def kv(vllm_version: str, tiny_hf_model: Path,
-       tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("vllm-kv")
-    with VllmServer(tiny_hf_model, log_path=tmp / "server.log", extra_args=KV_PRESSURE_ARGS) as server:
-        with BackgroundLoad(server.url, server.model_id, streams=6, max_tokens=800, prompt=KV_PROMPT,
-                            distinct=True, max_requests_each=20, max_s=CHECK_TIMEOUT_S):
-            wait_for_metric(server.url, "vllm:num_preemptions_total", 1, timeout_s=120)
-            t0 = time.monotonic()
-            result = _check(server, "--log", str(server.log_path))
-            seconds = time.monotonic() - t0
-        report = _save(tmp, "kv", result)
-        yield {"server": server, "report": report, "check_s": seconds}
+def kv(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    yield from _check_under_load(tiny_hf_model, tmp_path_factory.mktemp("vllm-kv"), "kv", KV_PRESSURE_ARGS,
+                                 "vllm:num_preemptions_total", streams=6, max_tokens=800, prompt=KV_PROMPT,
+                                 distinct=True, max_requests_each=20)
 
 
 class TestKvPressure:
