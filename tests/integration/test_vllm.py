@@ -21,6 +21,7 @@ the server's own clocks (its log, its metrics), with the tolerance of their reso
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,13 @@ def _first(report: dict[str, Any]) -> dict[str, Any]:
     return report["findings"][0]
 
 
+def _first_in_text(text: str) -> str:
+    """The check id of the finding ranked first in the text report."""
+    match = re.search(r"^\s*1\.\s+(?:CRITICAL|WARNING|INFO)\s+(LD\d+)", text, re.MULTILINE)
+    assert match, text[-2000:]
+    return match.group(1)
+
+
 def _save(tmp: Path, name: str, result: Result) -> dict[str, Any]:
     report = result.report
     (tmp / f"{name}.json").write_text(json.dumps(report, indent=1))
@@ -112,9 +120,11 @@ class TestHealthy:
         assert f"Process {server.pid}" in finding["message"]
         assert "connection refused" in finding["message"].lower()
 
-    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
-        n=15, why="on a healthy vLLM the 2-at-once follow-up 'confirms queueing' (CPU batches share one core) "
-        "and LD208/LD302 blame the host and a warm process; noise-aware measurement and scoped host checks"))
+    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
+        n=15, why="on a busy host LD208 warns 'CPU 99-100% busy' (the host's load, not the server's: idle vLLM "
+        "uses 2% CPU) in 4 of 4 runs here, and the 2-at-once follow-up 'confirmed queueing' in 1 of 4 (two "
+        "requests batched on one core). Depends on the host's load, hence not strict; strict once "
+        "noise-aware measurement and scoped host checks land"))
     def test_healthy_server_has_no_warning_cause_and_nothing_confirmed(self, healthy: dict[str, Any]) -> None:
         server: VllmServer = healthy["server"]
         report = _save(healthy["tmp"], "healthy", _check(server))
@@ -200,11 +210,15 @@ def _check_under_load(model: Path, tmp: Path, name: str, server_args: tuple[str,
         with BackgroundLoad(server.url, server.model_id, max_s=CHECK_TIMEOUT_S, **load) as background:
             wait_for_metric(server.url, wait_metric, 1, timeout_s=120)
             t0 = time.monotonic()
-            result = _check(server, "--log", str(server.log_path))
+            saved = tmp / "measurements.json"
+            result = _check(server, "--log", str(server.log_path), "--save-measurements", str(saved))
             seconds = time.monotonic() - t0
         print(f"\n{name}: check took {seconds:.0f} s; background requests {background.sent} sent, "
               f"{background.completed} completed, {background.failed} failed")
-        yield {"server": server, "report": _save(tmp, name, result), "check_s": seconds}
+        # The same measurements rendered as text, offline: what an operator reads.
+        text = run_process("replay", str(saved), timeout=120)
+        (tmp / f"{name}.txt").write_text(text.out)
+        yield {"server": server, "report": _save(tmp, name, result), "text": text.out, "check_s": seconds}
 
 
 @pytest.fixture(scope="class")
@@ -233,9 +247,12 @@ class TestQueue:
         first = _first(report)
         assert first.get("cause") == "queueing", _summary(report)
         assert any("queue time" in e["label"] for e in first["evidence"]), first["evidence"]
+        assert _first_in_text(queue["text"]) == first["check_id"]
 
 
 # -- KV-cache pressure ----------------------------------------------------------------------------
+KV_CHECKS = ("LD204", "LD205", "LD210")
+KV_CAUSES = ("kv_pressure", "kv_cache", "preemption")
 KV_PROMPT = words(90)  # ~190 tokens; with 800 generated each, six requests need ~4x the 1,280-token cache
 
 
@@ -254,14 +271,20 @@ class TestKvPressure:
         ids = [f["check_id"] for f in kv["report"]["findings"]]
         assert "LD205" in ids, _summary(kv["report"])
 
-    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
-        n=13, why="KV pressure / preemption is not ranked first (the follow-up 'confirms' another cause); "
-        "causes as a closed set ranked above their symptoms, and KV pressure as a hypothesis (issue 15)"))
-    def test_kv_pressure_is_ranked_first(self, kv: dict[str, Any]) -> None:
+    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
+        n=13, why="KV pressure ranks first only by chance: LD204 (KV 95% full, impact = vLLM's queue time "
+        "14,338 ms) against its own symptom LD701 (floor 14,200 ms), both critical; 1 of 2 runs put the floor "
+        "first. Strict once causes rank above the symptoms they explain"))
+    def test_kv_pressure_is_ranked_first_in_json_and_text(self, kv: dict[str, Any]) -> None:
         report = kv["report"]
         first = _first(report)
-        assert first["check_id"] in ("LD204", "LD205", "LD210") or first.get("cause") in ("kv_pressure",
-                                                                                         "preemption"), \
-            _summary(report)
+        assert first["check_id"] in KV_CHECKS or first.get("cause") in KV_CAUSES, _summary(report)
+        assert _first_in_text(kv["text"]) == first["check_id"]
+
+    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
+        n=15, why="the differential diagnosis has no KV-pressure hypothesis: under real preemptions it "
+        "'confirms queueing' (3 of 3 runs; the issue saw 'cold start')"))
+    def test_the_differential_diagnosis_confirms_kv_pressure(self, kv: dict[str, Any]) -> None:
+        report = kv["report"]
         confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
-        assert "cold_start" not in confirmed, _summary(report)
+        assert confirmed and all(any(k in c for k in ("kv", "preempt")) for c in confirmed), _summary(report)
