@@ -130,6 +130,9 @@ def test_ld205_reads_the_preemptions_of_the_kv_run() -> None:
     assert outcome.status == "failed"
     (finding,) = outcome.findings
     assert f"{FACTS['kv']['preemptions_total']:.0f} preemptions during our run" in finding.title
+    evidence = {e.label: e.value for e in finding.evidence}
+    assert evidence["KV cache size"] == "1,280 tokens (40 blocks of 32)"
+    assert evidence["preemptions per finished request"] > 0
 
 
 # -- the log ---------------------------------------------------------------------------------------
