@@ -23,7 +23,9 @@ class LogPreemption(Check):
     "KV cache pool is full. Retract requests." lines. vLLM V1 (checked on 0.32) writes no line
     per preemption: it adds ``Preemptions: N`` to its periodic stats line ("Engine 000: Avg
     prompt throughput: ..., Running: 6 reqs, Waiting: 0 reqs, Preemptions: 12, CPU KV cache
-    usage: 97.5%"), and those counts are added up.
+    usage: 97.5%"), and those counts are added up — but vLLM 0.32 never prints that part (it
+    resets the interval's counter before reading it: fixtures/vllm/README.md), so on 0.32 a run
+    with real preemptions leaves no trace in the log and LD205's metrics are the only evidence.
 
     ## Why it adds latency
     A preempted request loses its KV cache and is put back in the queue; when it resumes its
