@@ -60,12 +60,21 @@ def _check(server: VllmServer, *args: str, timeout: float = CHECK_TIMEOUT_S) -> 
 
 def _summary(report: dict[str, Any]) -> str:
     """The ranked findings and the diagnosis's verdict, one line each (printed for the record)."""
-    lines = [f"{f['rank']}. {f['severity']} {f['confidence']} {f['check_id']} {f.get('cause') or '-'}: {f['title']}"
-             for f in report["findings"]]
+    lines = []
+    for f in report["findings"]:
+        lines.append(f"{f['rank']}. {f['severity']} {f['confidence']} {f['check_id']} {f.get('cause') or '-'}: "
+                     f"{f['title']}")
+        lines += [f"     + {s['severity']} {s['confidence']} {s['check_id']} "
+                  f"{s.get('cause') or s.get('symptom') or '-'}: {s['title']}" for s in f.get("supporting", ())]
     diagnosis = report.get("diagnosis") or {}
     confirmed = [f"{c['title']} (p={c['probability']})" for c in diagnosis.get("confirmed", [])]
     lines.append(f"diagnosis: confirmed {confirmed or 'nothing'}; stop: {diagnosis.get('stop_reason')}")
     return "\n".join(lines)
+
+
+def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every finding of the report: the ranked ones and those folded under them (``supporting``)."""
+    return [g for f in report["findings"] for g in (f, *f.get("supporting", ()))]
 
 
 def _first(report: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +122,7 @@ class TestHealthy:
             self, healthy: dict[str, Any]) -> None:
         assert healthy["loading_valid"], "vLLM became ready before the check ended: the case did not happen"
         report = healthy["loading"].report
-        (finding,) = [f for f in report["findings"] if f["check_id"] == "LD001"]
+        (finding,) = [f for f in _findings(report) if f["check_id"] == "LD001"]
         assert finding["severity"] == "critical"
         assert "refused" in finding["title"].lower() and "still be loading" in finding["title"]
         server: VllmServer = healthy["server"]
@@ -183,7 +192,7 @@ class TestHealthy:
         assert resp.status_code == 400 and "maximum context length" in resp.text
         report = _save(healthy["tmp"], "logs", _check(server, "--log", str(server.log_path),
                                                       "--select", "LD2,LD3", "--no-followup"))
-        by_id = {f["check_id"]: f for f in report["findings"]}
+        by_id = {f["check_id"]: f for f in _findings(report)}
         cold = by_id["LD303"]
         # vLLM's ready line comes a moment before /v1/models first answered our poll.
         assert cold["impact_ms"] / 1000 == pytest.approx(server.startup_s, abs=3.0), cold["message"]
@@ -234,15 +243,13 @@ class TestQueue:
         """The control: vLLM's own histogram says our requests waited (else the case did not happen)."""
         m = next(p for p in queue["report"]["probes"] if p["name"] == "server_metrics")
         assert m["available"], m
-        ld203 = [f for f in queue["report"]["findings"] if f["check_id"] == "LD203"]
+        ld203 = [f for f in _findings(queue["report"]) if f["check_id"] == "LD203"]
         assert ld203, _summary(queue["report"])
         queue_ms = next(e["value"] for e in ld203[0]["evidence"] if e["label"] == "queue time per request")
         assert queue_ms > 100
 
-    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
-        n=13, why="the queue finding ranks behind its own symptoms (LD701 floor, LD702 fixed cost); causes "
-        "must rank above the symptoms they explain"))
     def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
+        """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it."""
         report = queue["report"]
         first = _first(report)
         assert first.get("cause") == "queueing", _summary(report)
@@ -252,7 +259,7 @@ class TestQueue:
 
 # -- KV-cache pressure ----------------------------------------------------------------------------
 KV_CHECKS = ("LD204", "LD205", "LD210")
-KV_CAUSES = ("kv_pressure", "kv_cache", "preemption")
+KV_CAUSES = ("kv_cache_pressure",)  # llmdoctor.causes.Cause.KV_CACHE_PRESSURE
 # ~190 tokens; with 500 generated each, six requests need 3x the 1,280-token cache (the recordings used
 # 800-token generations: as many preemptions, but our own requests then wait twice as long behind them).
 KV_PROMPT = words(90)
@@ -270,14 +277,12 @@ class TestKvPressure:
 
     def test_preemptions_are_seen_in_the_metrics(self, kv: dict[str, Any]) -> None:
         """The control: the preemptions happened and LD205 read them from vLLM's counter."""
-        ids = [f["check_id"] for f in kv["report"]["findings"]]
+        ids = [f["check_id"] for f in _findings(kv["report"])]
         assert "LD205" in ids, _summary(kv["report"])
 
-    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
-        n=13, why="KV pressure ranks first only by chance: LD204 (KV 95% full, impact = vLLM's queue time "
-        "14,338 ms) against its own symptom LD701 (floor 14,200 ms), both critical; 1 of 3 runs put the floor "
-        "first. Strict once causes rank above the symptoms they explain"))
     def test_kv_pressure_is_ranked_first_in_json_and_text(self, kv: dict[str, Any]) -> None:
+        """LD204 (critical: preemptions during our run) carries the KV cause; LD205, the floor and the fixed
+        cost fold under it, so the floor no longer competes with it."""
         report = kv["report"]
         first = _first(report)
         assert first["check_id"] in KV_CHECKS or first.get("cause") in KV_CAUSES, _summary(report)
@@ -285,7 +290,7 @@ class TestKvPressure:
 
     @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
         n=15, why="the differential diagnosis has no KV-pressure hypothesis: under real preemptions it "
-        "'confirms queueing' (3 of 3 runs; the issue saw 'cold start')"))
+        "'confirms queueing' (4 of 4 runs; the issue saw 'cold start')"))
     def test_the_differential_diagnosis_confirms_kv_pressure(self, kv: dict[str, Any]) -> None:
         report = kv["report"]
         confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
