@@ -88,8 +88,8 @@ def test_one_report_as_metrics_in_seconds() -> None:
     assert phases == pytest.approx({"connection_set_up": 0.0, "send_request": 0.001, "wait_for_headers": 0.009,
                                     "wait_for_first_token": 0.35, "decode": 0.035, "end_of_stream": 0.005})
     assert sum(phases.values()) == pytest.approx(0.4)
-    assert _get(s, "llmdoctor_ttft_seconds", endpoint=ep, quantile="0.9") == pytest.approx(0.38)
-    assert _get(s, "llmdoctor_request_latency_seconds", endpoint=ep, quantile="0.5") == pytest.approx(0.4)
+    assert _get(s, "llmdoctor_ttft_seconds", endpoint=ep, percentile="p90") == pytest.approx(0.38)
+    assert _get(s, "llmdoctor_request_latency_seconds", endpoint=ep, percentile="p50") == pytest.approx(0.4)
     assert _get(s, "llmdoctor_fixed_cost_seconds", endpoint=ep) == pytest.approx(0.3525)
     assert _get(s, "llmdoctor_per_token_cost_seconds", endpoint=ep) == pytest.approx(0.00525)
     assert _get(s, "llmdoctor_requests_sent", endpoint=ep) == 21

@@ -6,7 +6,7 @@ test holds the two and the emitted exposition to the same set. Additions bump th
 `METRICS_VERSION`; a rename or a change of meaning bumps the major part.
 
 Every label value comes from a closed set (check ids, categories, severities, causes, statuses,
-waterfall phases, quantiles) except ``endpoint``, which is one value per diagnosed endpoint: the
+waterfall phases, percentiles) except ``endpoint``, which is one value per diagnosed endpoint: the
 fleet entry's name or the endpoint's display URL (credentials and query string masked). Messages,
 evidence and errors never become labels: their cardinality is unbounded and they may quote a
 secret. Times are in seconds, as Prometheus's conventions ask.
@@ -90,10 +90,11 @@ METRICS: tuple[MetricSpec, ...] = (
                "labels (present only for findings that estimate it)."),
     MetricSpec("llmdoctor_phase_seconds", "gauge", ("endpoint", "phase"),
                "The waterfall of the median 'Say ok.' request: the time of each phase (they add up to its total)."),
-    MetricSpec("llmdoctor_ttft_seconds", "gauge", ("endpoint", "quantile"),
-               "Time to first token of the warm 'Say ok.' samples (quantile 0.5 and 0.9)."),
-    MetricSpec("llmdoctor_request_latency_seconds", "gauge", ("endpoint", "quantile"),
-               "Total latency of the warm 'Say ok.' samples (quantile 0.5 and 0.9)."),
+    # A "quantile" label is reserved for summaries (promtool check metrics says so): "percentile" it is.
+    MetricSpec("llmdoctor_ttft_seconds", "gauge", ("endpoint", "percentile"),
+               "Time to first token of the warm 'Say ok.' samples (percentile p50 and p90)."),
+    MetricSpec("llmdoctor_request_latency_seconds", "gauge", ("endpoint", "percentile"),
+               "Total latency of the warm 'Say ok.' samples (percentile p50 and p90)."),
     MetricSpec("llmdoctor_fixed_cost_seconds", "gauge", ("endpoint",),
                "Flat-latency fit: the fixed cost every request pays (the fitted intercept; may be negative)."),
     MetricSpec("llmdoctor_per_token_cost_seconds", "gauge", ("endpoint",),
@@ -179,9 +180,9 @@ def _add_report(out: _Families, endpoint: str, report: Report) -> None:
         return
     for phase in b.phases:
         out.add("llmdoctor_phase_seconds", (endpoint, phase_label(phase.name)), _seconds(phase.ms))
-    for quantile, ttft, total in (("0.5", b.ttft_p50_ms, b.total_p50_ms), ("0.9", b.ttft_p90_ms, b.total_p90_ms)):
-        out.add("llmdoctor_ttft_seconds", (endpoint, quantile), _seconds(ttft))
-        out.add("llmdoctor_request_latency_seconds", (endpoint, quantile), _seconds(total))
+    for percentile, ttft, total in (("p50", b.ttft_p50_ms, b.total_p50_ms), ("p90", b.ttft_p90_ms, b.total_p90_ms)):
+        out.add("llmdoctor_ttft_seconds", (endpoint, percentile), _seconds(ttft))
+        out.add("llmdoctor_request_latency_seconds", (endpoint, percentile), _seconds(total))
     out.add("llmdoctor_fixed_cost_seconds", (endpoint,), _seconds(b.fixed_ms))
     out.add("llmdoctor_per_token_cost_seconds", (endpoint,), _seconds(b.per_token_ms))
 
