@@ -97,7 +97,8 @@ def test_html_without_plotly_is_one_line_and_exit_3(capsys: pytest.CaptureFixtur
     monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)  # import fails as if not installed
     result = run_cli(capsys, "replay", str(recording), "--format", "html")
     assert result.code == 3 and result.out == ""
-    assert result.err.strip() == "llmdoctor: error: the html format needs Plotly: pip install 'llmdoctor[html]'"
+    assert result.err.strip() == ("llmdoctor: error: the html format needs Plotly: "
+                                  "pip install 'llm-latency-doctor[html]'")
 
 
 def _chromium() -> str | None:
