@@ -13,6 +13,7 @@ prints the report first, then the line, and makes the exit code at least UNKNOWN
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_JOB",
     "ExportError",
     "ExportSettings",
+    "check_job",
     "check_push_gateway",
     "check_textfile_dir",
     "textfile_path",
@@ -88,6 +90,12 @@ def check_push_gateway(url: str) -> None:
         raise ExportError(f"--push-gateway {shown}: use an http:// or https:// URL")
     if not parts.hostname:
         raise ExportError(f"--push-gateway {shown}: the URL has no host")
+
+
+def check_job(job: str) -> None:
+    """A job name is also the textfile's name: letters, digits, ``_``, ``-`` and ``.`` only."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", job):
+        raise ExportError(f"--push-job {job!r}: use letters, digits, '_', '-' and '.' only")
 
 
 def check_textfile_dir(directory: str) -> None:

@@ -154,3 +154,12 @@ def test_a_failed_export_makes_the_exit_code_at_least_unknown() -> None:
     assert exit_code_after_export(ExitCode.WARNING, ["push failed"]) == ExitCode.UNKNOWN
     assert exit_code_after_export(ExitCode.CRITICAL, ["push failed"]) == ExitCode.CRITICAL
     assert exit_code_after_export(ExitCode.WARNING, []) == ExitCode.WARNING
+
+
+def test_a_job_name_must_be_usable_as_a_file_name() -> None:
+    from llmdoctor.export import check_job
+
+    check_job("llmdoctor-nightly.eu_1")
+    for bad in ("", "../etc", "a/b", "with space", ".hidden"):
+        with pytest.raises(ExportError, match="--push-job"):
+            check_job(bad)
