@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
+from llmdoctor.cli.export import deliver, export_settings
 from llmdoctor.cli.output import emit
 from llmdoctor.cli.usage import UsageProblem, split_ids, target_from_args
 
@@ -104,8 +105,10 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
 
     if target_args["endpoint"] is not None:
         raise UsageProblem("give either --endpoint or --endpoints, not both")
-    if fmt not in ("text", "json"):
-        raise UsageProblem("--endpoints prints text (a summary table) or --json (NDJSON), not " + fmt)
+    if fmt not in ("text", "json", "prometheus"):
+        raise UsageProblem("--endpoints prints text (a summary table), --json (NDJSON) or --format prometheus, "
+                           "not " + fmt)
+    settings = export_settings(gate)
     try:
         entries = load_endpoints(gate["endpoints_file"])
     except FleetError as exc:
@@ -117,7 +120,12 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
                         default_key_env=target_args["api_key_env"], headers=target_args["headers"],
                         rate=gate["rate"], selected=split_ids(select), ignored=split_ids(ignore), fail_on=fail_on)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
-    if fmt == "json":
+    from llmdoctor.render.prometheus import EndpointResult, render_exposition
+
+    metrics = [EndpointResult(entry.name, display_url(entry.url), report) for entry, report, _ in results]
+    if fmt == "prometheus":
+        text = render_exposition(metrics)
+    elif fmt == "json":
         lines = []
         for entry, report, error in results:
             if report is not None:
@@ -135,7 +143,7 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
         Console(file=buf, width=140, no_color=True, highlight=False).print(fleet_table(results))
         text = buf.getvalue() + f"Result: exit {worst_exit_code(codes)} (the worst of {len(codes)} endpoints)\n"
     emit(text, output)
-    sys.exit(worst_exit_code(codes))
+    sys.exit(deliver(metrics, settings, worst_exit_code(codes)))
 
 
 def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, Any], fail_on: str) -> NoReturn:
@@ -143,6 +151,8 @@ def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, 
 
     if target_args["endpoint"] is None:
         raise UsageProblem("--watch needs --endpoint")
+    if gate.get("push_gateway") or gate.get("textfile_dir"):
+        raise UsageProblem("--push-gateway and --textfile export single runs and --endpoints fleets, not --watch")
     if fmt not in ("text", "json"):
         raise UsageProblem("--watch shows text (live) or --json (one report per round, NDJSON), not " + fmt)
     target = target_from_args(target_args["endpoint"], model=target_args["model"],
