@@ -138,7 +138,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     export = export_settings(gate)
     options = apply_gate(options, gate["slos"], gate["compare_file"])
     run_modes({"endpoint": endpoint, "model": model, "api_key_env": api_key_env, "headers": extra_headers},
-              options, fmt, output, gate, select, ignore, fail_on)
+              options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run)
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             endpoint = stack.enter_context(demo_server("demo", announce=fmt == "text"))
