@@ -101,6 +101,16 @@ class Daemon:
         poll(f"{self.name} ready at {self.ready_url}", ready, timeout_s)
         return self
 
+    def __enter__(self) -> Daemon:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             return " | ".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

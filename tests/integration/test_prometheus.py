@@ -32,14 +32,10 @@ WAIT_S = 60.0
 def pushgateway(tmp_path: Path) -> Iterator[str]:
     binary = require_tool("pushgateway")
     port = free_port()
-    daemon = Daemon("pushgateway", [binary, f"--web.listen-address=127.0.0.1:{port}",
-                                    f"--persistence.file={tmp_path / 'pushgateway.data'}"],
-                    tmp_path / "pushgateway.log", f"http://127.0.0.1:{port}/-/ready")
-    try:
-        daemon.start()
+    with Daemon("pushgateway", [binary, f"--web.listen-address=127.0.0.1:{port}",
+                                f"--persistence.file={tmp_path / 'pushgateway.data'}"],
+                tmp_path / "pushgateway.log", f"http://127.0.0.1:{port}/-/ready"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture
@@ -53,14 +49,10 @@ def prometheus(tmp_path: Path, pushgateway: str) -> Iterator[str]:
         "scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n"
         f"    static_configs:\n      - targets: ['{pushgateway.removeprefix('http://')}']\n"
     )
-    daemon = Daemon("prometheus", [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                                   f"--web.listen-address=127.0.0.1:{port}"],
-                    tmp_path / "prometheus.log", f"http://127.0.0.1:{port}/-/ready")
-    try:
-        daemon.start()
+    with Daemon("prometheus", [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                               f"--web.listen-address=127.0.0.1:{port}"],
+                tmp_path / "prometheus.log", f"http://127.0.0.1:{port}/-/ready"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        daemon.stop()
 
 
 def _query(prometheus: str, promql: str) -> list[dict[str, Any]]:
