@@ -162,3 +162,26 @@ def test_the_documented_metrics_are_exactly_those_emitted() -> None:
     assert f"contract version {METRICS_VERSION}" in doc
     readme = (ROOT / "README.md").read_text()
     assert "docs/prometheus.md" in readme
+
+
+def test_a_finding_folded_under_a_cause_is_exported_with_that_cause_and_its_own_severity() -> None:
+    from llmdoctor.causes import Cause, Symptom
+    from llmdoctor.folding import fold_outcomes
+
+    queue = Finding(Severity.WARNING, Confidence.HIGH, "queue", "m", Fix("f"), impact_ms=900.0,
+                    cause=Cause.QUEUEING, check_id="LD203", category="server")
+    floor = Finding(Severity.CRITICAL, Confidence.HIGH, "floor", "m", Fix("f"), impact_ms=800.0,
+                    symptom=Symptom.HIGH_FLOOR, check_id="LD701", category="baseline")
+    outcomes = [CheckOutcome("LD203", "queue", "t", "server", "failed", [queue]),
+                CheckOutcome("LD701", "floor", "t", "baseline", "failed", [floor])]
+    findings = fold_outcomes(outcomes)
+    assert [f.check_id for f in findings] == ["LD203"] and [s.check_id for s in findings[0].supporting] == ["LD701"]
+    report = _report()
+    report.findings[:] = findings
+    s = _samples(render_prometheus(report))
+    ep = "http://10.0.0.5:8000/v1"
+    # the cause carries the group's (worst) severity; the folded symptom keeps its own, labelled with the cause
+    assert _get(s, "llmdoctor_findings", endpoint=ep, check_id="LD203", category="server", severity="critical",
+                cause="queueing") == 1
+    assert _get(s, "llmdoctor_finding_impact_seconds", endpoint=ep, check_id="LD701", category="baseline",
+                severity="critical", cause="queueing") == pytest.approx(0.8)

@@ -155,13 +155,19 @@ def _status(result: EndpointResult) -> str:
 def _add_findings(out: _Families, endpoint: str, findings: Sequence[Finding]) -> None:
     # One series per label set: several findings of one check with the same labels (LD711's TTFT and
     # total regressions) would otherwise be duplicate series, which the Pushgateway rejects.
+    # A finding folded under a cause (a symptom such as LD711's regression, or another finding of the
+    # same cause) is exported too, with its own severity and impact and the cause it is listed under,
+    # so an alert on a check id still sees it.
     counts: dict[tuple[str, ...], int] = {}
     impacts: dict[tuple[str, ...], float] = {}
-    for f in findings:
-        key: tuple[str, ...] = (endpoint, f.check_id, f.category, f.severity.value, str(f.cause))
-        counts[key] = counts.get(key, 0) + 1
-        if f.impact_ms is not None:
-            impacts[key] = max(impacts.get(key, 0.0), f.impact_ms / 1000.0)
+    for top in findings:
+        cause = top.cause.value if top.cause is not None else ""
+        for f in (top, *top.supporting):
+            severity, impact = (top.severity, top.impact_ms) if f is top else f.own
+            key: tuple[str, ...] = (endpoint, f.check_id, f.category, severity.value, cause)
+            counts[key] = counts.get(key, 0) + 1
+            if impact is not None:
+                impacts[key] = max(impacts.get(key, 0.0), impact / 1000.0)
     for labels, count in counts.items():
         out.add("llmdoctor_findings", labels, count)
         out.add("llmdoctor_finding_impact_seconds", labels, impacts.get(labels))
