@@ -110,6 +110,10 @@ def load_endpoints(path: str) -> list[FleetEntry]:
         entries = [FleetEntry(display_url(ln.split()[0]), ln.split()[0]) for ln in stripped]
     if not entries:
         raise FleetError(f"--endpoints {path} lists no endpoint")
+    names = [e.name for e in entries]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:  # the name labels the endpoint in the NDJSON and the metrics: it must be unique
+        raise FleetError(f"--endpoints {path} lists {twice} twice")
     for e in entries:
         try:
             normalize_base_url(e.url)

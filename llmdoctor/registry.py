@@ -69,6 +69,8 @@ def load_registry(eps: Iterable[EntryPoint] | None = None) -> Registry:
             registry.errors.append(LoadError(ep.name, f"failed to load {ep.value}: {type(exc).__name__}: {exc}"))
             continue
         problem = _validate(obj, ep.value)
+        if problem is None and seen.get(obj.id) == ep.value:
+            continue  # the same class through a second distribution (an old install, a stale egg-info)
         if problem is None and obj.id in seen:
             problem = f"duplicate check id {obj.id} (already provided by {seen[obj.id]})"
         if problem is not None:

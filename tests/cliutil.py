@@ -56,3 +56,18 @@ def run_process(*args: str, env: dict[str, str] | None = None, timeout: float = 
 
 def finding_ids(report: dict[str, Any]) -> list[str]:
     return [f["check_id"] for f in report["findings"]]
+
+
+def record_sim_run(path: Any, profile: str, selected: list[str]) -> Any:
+    """Diagnose the simulator `profile` with these checks and save the measurements to `path` (for replays)."""
+    from llmdoctor.doctor import diagnose
+    from llmdoctor.recording import recording_dict
+    from llmdoctor.sim.profiles import get_profile
+    from llmdoctor.sim.server import SimServer
+    from llmdoctor.target import Options, Target
+
+    with SimServer(get_profile(profile)) as server:
+        report, ctx = diagnose(Target(base_url=server.base_url), Options(), selected=selected)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(recording_dict(report, ctx), fh)
+    return path

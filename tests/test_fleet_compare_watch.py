@@ -160,3 +160,18 @@ def test_watch_exits_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert json.loads(first)["status"] == "ok"
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_a_fleet_dry_run_sends_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--dry-run with --endpoints prints each endpoint's plan; it used to run the fleet for real."""
+    with SimServer(get_profile("healthy")) as a, SimServer(get_profile("healthy")) as b:
+        fleet = tmp_path / "fleet.toml"
+        fleet.write_text(f'[endpoints.a]\nurl = "{a.url}"\n\n[endpoints.b]\nurl = "{b.url}"\nmodel = "m"\n')
+        result = run_cli(capsys, "check", "--endpoints", str(fleet), "--dry-run", "--select", "LD001,LD701",
+                         "--push-gateway", "http://127.0.0.1:9")
+        assert a.requests_received == b.requests_received == 0
+    assert result.code == 0 and result.err == "", result.err
+    assert "a fleet of 2 endpoints" in result.out and "[a]\n" in result.out and "[b]\n" in result.out
+    assert f"GET  {a.url}/v1/models" in result.out and f"{b.url}/v1/chat/completions" in result.out
+    watch = run_cli(capsys, "check", "-e", "http://127.0.0.1:9", "--watch", "1", "--dry-run")
+    assert watch.code == 3 and "without --watch" in watch.err

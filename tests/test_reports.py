@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmdoctor.sim.profiles import get_profile
-from llmdoctor.sim.server import SimServer
-from tests.cliutil import run_cli
+from tests.cliutil import record_sim_run, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SPINE = "LD001,LD301,LD401,LD701,LD702,LD703,LD710"
@@ -22,17 +20,7 @@ SPINE = "LD001,LD301,LD401,LD701,LD702,LD703,LD710"
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Measurements of one demo-profile run (cold start + flat latency), replayed by every test."""
-    from llmdoctor.doctor import diagnose
-    from llmdoctor.recording import recording_dict
-    from llmdoctor.target import Options, Target
-
-    path = tmp_path_factory.mktemp("reports") / "demo.json"
-    with SimServer(get_profile("demo")) as server:
-        report, ctx = diagnose(Target(base_url=server.base_url), Options(), selected=SPINE.split(","))
-    import json
-
-    path.write_text(json.dumps(recording_dict(report, ctx)))
-    return path
+    return record_sim_run(tmp_path_factory.mktemp("reports") / "demo.json", "demo", SPINE.split(","))
 
 
 def _replay(capsys: pytest.CaptureFixture[str], recording: Path, *args: str) -> str:
@@ -97,7 +85,8 @@ def test_html_without_plotly_is_one_line_and_exit_3(capsys: pytest.CaptureFixtur
     monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)  # import fails as if not installed
     result = run_cli(capsys, "replay", str(recording), "--format", "html")
     assert result.code == 3 and result.out == ""
-    assert result.err.strip() == "llmdoctor: error: the html format needs Plotly: pip install 'llmdoctor[html]'"
+    assert result.err.strip() == ("llmdoctor: error: the html format needs Plotly: "
+                                  "pip install 'llm-latency-doctor[html]'")
 
 
 def _chromium() -> str | None:

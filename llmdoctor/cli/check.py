@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
 from llmdoctor.cli.output import common_output_options, emit, run_and_exit
 from llmdoctor.cli.simulator import demo_server
@@ -81,6 +82,7 @@ __all__ = ["check"]
 @click.option("--verbose", "-v", is_flag=True,
               help="Log every request on stderr (status, times, headers sent with secrets masked).")
 @gate_options
+@export_options
 @common_output_options
 def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tuple[str, ...], timeout_s: float,
           max_requests: int, samples: int, typical_output_tokens: int, insecure: bool, ca_bundle: str | None,
@@ -107,6 +109,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
       llmdoctor check -e http://gpu-box:8000 --dry-run         # what would be sent, sending nothing
       llmdoctor check -e URL --slo ttft_p90=800ms --compare baseline.json --format junit -o llmdoctor.xml
       llmdoctor check --endpoints fleet.toml --json            # a fleet, one JSON report per line
+      llmdoctor check --endpoints fleet.toml --push-gateway http://pushgateway:9091   # into Prometheus
 
     \b
     Failure modes (see the README's "Failure modes"): an endpoint that refuses, hangs, drips,
@@ -132,9 +135,10 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     require_known_ids(select, ignore)
     extra_headers = header_args(headers)
     require_format(fmt)
+    export = export_settings(gate)
     options = apply_gate(options, gate["slos"], gate["compare_file"])
     run_modes({"endpoint": endpoint, "model": model, "api_key_env": api_key_env, "headers": extra_headers},
-              options, fmt, output, gate, select, ignore, fail_on)
+              options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run)
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             endpoint = stack.enter_context(demo_server("demo", announce=fmt == "text"))
@@ -145,7 +149,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         saves = [p for p in (save_measurements, gate["save_baseline"]) if p]
         if gate["save_baseline"] and select:  # a baseline needs the baseline and sweep probes measured
             select = (*select, "LD701", "LD702")
-        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on)
+        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export)
 
 
 def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:

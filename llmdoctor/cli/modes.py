@@ -11,12 +11,16 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from llmdoctor.cli.export import deliver, export_settings
 from llmdoctor.cli.output import emit
 from llmdoctor.cli.usage import UsageProblem, split_ids, target_from_args
+
+if TYPE_CHECKING:
+    from llmdoctor.fleet import FleetEntry
 
 __all__ = ["gate_options", "replay_gate_options", "apply_gate", "run_modes", "inject_reference"]
 
@@ -90,26 +94,60 @@ def inject_reference(measurements: dict[str, Any], compare_file: str | None) -> 
 
 
 def run_modes(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
-              select: Sequence[str], ignore: Sequence[str], fail_on: str) -> None:
-    """Run --endpoints (fleet) or --watch when asked (never returns then); otherwise return."""
+              select: Sequence[str], ignore: Sequence[str], fail_on: str, dry_run: bool = False) -> None:
+    """Run --endpoints (fleet) or --watch when asked (never returns then); otherwise return.
+
+    With --dry-run a fleet prints each endpoint's plan and sends nothing; --watch refuses it.
+    """
+    if dry_run and gate["watch_s"] is not None:
+        raise UsageProblem("--dry-run lists the requests of one run: use it without --watch")
+    if dry_run and gate["endpoints_file"]:
+        _fleet_dry_run(target_args, options, gate, select, ignore, output)
     if gate["endpoints_file"]:
         _fleet(target_args, options, fmt, output, gate, select, ignore, fail_on)
     if gate["watch_s"] is not None:
         _watch(target_args, options, fmt, gate, fail_on)
 
 
-def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
-           select: Sequence[str], ignore: Sequence[str], fail_on: str) -> NoReturn:
-    from llmdoctor.fleet import FleetError, fleet_table, load_endpoints, run_fleet, worst_exit_code
+def _fleet_entries(target_args: dict[str, Any], gate: dict[str, Any]) -> list[FleetEntry]:
+    from llmdoctor.fleet import FleetError, load_endpoints
 
     if target_args["endpoint"] is not None:
         raise UsageProblem("give either --endpoint or --endpoints, not both")
-    if fmt not in ("text", "json"):
-        raise UsageProblem("--endpoints prints text (a summary table) or --json (NDJSON), not " + fmt)
     try:
-        entries = load_endpoints(gate["endpoints_file"])
+        return load_endpoints(gate["endpoints_file"])
     except FleetError as exc:
         raise UsageProblem(str(exc)) from None
+
+
+def _fleet_dry_run(target_args: dict[str, Any], options: Any, gate: dict[str, Any], select: Sequence[str],
+                   ignore: Sequence[str], output: str | None) -> NoReturn:
+    """--endpoints with --dry-run: each endpoint's plan, one after the other; nothing is sent."""
+    from llmdoctor.plan import render_plan
+    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import select as select_checks
+    from llmdoctor.target import Target, normalize_base_url
+
+    checks = select_checks(load_registry().checks, split_ids(select), split_ids(ignore))
+    entries = _fleet_entries(target_args, gate)
+    parts = [f"llmdoctor dry run — a fleet of {len(entries)} endpoint{'s' if len(entries) != 1 else ''}, "
+             f"at most {gate['rate']:g} requests per second in all: nothing is sent.\n"]
+    for entry in entries:
+        target = Target(base_url=normalize_base_url(entry.url), model=entry.model or target_args["model"])
+        parts.append(f"[{entry.name}]\n" + render_plan(target, options, checks))
+    emit("\n".join(parts), output)
+    sys.exit(0)
+
+
+def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
+           select: Sequence[str], ignore: Sequence[str], fail_on: str) -> NoReturn:
+    from llmdoctor.fleet import fleet_table, run_fleet, worst_exit_code
+
+    if fmt not in ("text", "json", "prometheus"):
+        raise UsageProblem("--endpoints prints text (a summary table), --json (NDJSON) or --format prometheus, "
+                           "not " + fmt)
+    settings = export_settings(gate)
+    entries = _fleet_entries(target_args, gate)
     from llmdoctor.render.json import report_to_dict
     from llmdoctor.target import display_url
 
@@ -117,7 +155,12 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
                         default_key_env=target_args["api_key_env"], headers=target_args["headers"],
                         rate=gate["rate"], selected=split_ids(select), ignored=split_ids(ignore), fail_on=fail_on)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
-    if fmt == "json":
+    from llmdoctor.render.prometheus import EndpointResult, render_exposition
+
+    metrics = [EndpointResult(entry.name, display_url(entry.url), report) for entry, report, _ in results]
+    if fmt == "prometheus":
+        text = render_exposition(metrics)
+    elif fmt == "json":
         lines = []
         for entry, report, error in results:
             if report is not None:
@@ -135,7 +178,7 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
         Console(file=buf, width=140, no_color=True, highlight=False).print(fleet_table(results))
         text = buf.getvalue() + f"Result: exit {worst_exit_code(codes)} (the worst of {len(codes)} endpoints)\n"
     emit(text, output)
-    sys.exit(worst_exit_code(codes))
+    sys.exit(deliver(metrics, settings, worst_exit_code(codes)))
 
 
 def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, Any], fail_on: str) -> NoReturn:
@@ -143,6 +186,8 @@ def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, 
 
     if target_args["endpoint"] is None:
         raise UsageProblem("--watch needs --endpoint")
+    if gate.get("push_gateway") or gate.get("textfile_dir"):
+        raise UsageProblem("--push-gateway and --textfile export single runs and --endpoints fleets, not --watch")
     if fmt not in ("text", "json"):
         raise UsageProblem("--watch shows text (live) or --json (one report per round, NDJSON), not " + fmt)
     target = target_from_args(target_args["endpoint"], model=target_args["model"],

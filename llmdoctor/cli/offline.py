@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, inject_reference, replay_gate_options
 from llmdoctor.cli.output import common_output_options, run_and_exit
 from llmdoctor.cli.usage import UsageProblem, require_format, require_known_ids
@@ -52,9 +55,11 @@ def explain(check_id: str) -> None:
 @click.command()
 @click.argument("recording", type=click.Path(exists=True, dir_okay=False))
 @replay_gate_options
+@export_options
 @common_output_options
 def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, select: tuple[str, ...],
-           ignore: tuple[str, ...], fail_on: str, slos: tuple[str, ...], compare_file: str | None) -> None:
+           ignore: tuple[str, ...], fail_on: str, slos: tuple[str, ...], compare_file: str | None,
+           **export_values: Any) -> None:
     """Re-run the checks offline on measurements saved with --save-measurements.
 
     With --slo / --compare, judge the recorded measurements by these objectives or this baseline.
@@ -67,8 +72,9 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
         raise UsageProblem(str(exc)) from None
     require_format(fmt or "text")
     require_known_ids(select, ignore)
+    export = export_settings(export_values)
     if slos or compare_file:
         options = apply_gate(options, slos, compare_file or options.gate.compare_file)
         measurements = inject_reference(measurements, compare_file)
     run_and_exit(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
-         recorded=measurements)
+                 recorded=measurements, export=export)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from llmdoctor.cli.usage import UsageProblem, split_ids
 
+if TYPE_CHECKING:
+    from llmdoctor.export import ExportSettings
+
 __all__ = ["FORMATS", "common_output_options", "emit", "progress", "render_and_exit", "run_and_exit",
            "save_measurements"]
 
-FORMATS = ("text", "json", "markdown", "junit", "html")
+FORMATS = ("text", "json", "markdown", "junit", "html", "prometheus")
 
 
 def emit(text: str, output: str | None) -> None:
@@ -47,14 +50,17 @@ def progress(enabled: bool) -> Any:
 
 
 def render_and_exit(report: Any, ctx: Any, fmt: str, output: str | None,
-                    save: str | Sequence[str] | None) -> NoReturn:
-    """Save the recordings asked for, print the report, exit with its code."""
+                    save: str | Sequence[str] | None, export: ExportSettings | None = None) -> NoReturn:
+    """Save the recordings asked for, print the report, deliver its metrics (--push-gateway,
+    --textfile), exit with its code."""
+    from llmdoctor.cli.export import deliver
     from llmdoctor.render import render
+    from llmdoctor.render.prometheus import result_for_report
 
     for path in [save] if isinstance(save, str) else save or ():
         save_measurements(report, ctx, path)
     emit(render(report, fmt), output)
-    sys.exit(report.exit_code)
+    sys.exit(deliver([result_for_report(report)], export, report.exit_code))
 
 
 def save_measurements(report: Any, ctx: Any, path: str) -> None:
@@ -71,7 +77,8 @@ def save_measurements(report: Any, ctx: Any, path: str) -> None:
 
 
 def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: str | Sequence[str] | None,
-                 select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None) -> NoReturn:
+                 select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None,
+                 export: ExportSettings | None = None) -> NoReturn:
     """Diagnose (live, or on `recorded` measurements), then `render_and_exit`."""
     from llmdoctor.doctor import diagnose
 
@@ -82,7 +89,7 @@ def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: 
     finally:
         if shown is not None:
             shown.stop()
-    render_and_exit(report, ctx, fmt, output, save)
+    render_and_exit(report, ctx, fmt, output, save, export)
 
 
 def common_output_options(f: Any) -> Any:

@@ -39,6 +39,12 @@ def _html(report: Report) -> str:
     return render_html(report)
 
 
+def _prometheus(report: Report) -> str:
+    from llmdoctor.render.prometheus import render_prometheus
+
+    return render_prometheus(report)
+
+
 # format name -> function(report) -> str
 RENDERERS: dict[str, Callable[[Report], str]] = {
     "text": _text,
@@ -46,6 +52,7 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
     "markdown": _markdown,
     "junit": _junit,
     "html": _html,
+    "prometheus": _prometheus,
 }
 
 

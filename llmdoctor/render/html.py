@@ -3,7 +3,7 @@
 The latency waterfall of a typical request and the flat-latency curve
 (latency vs output tokens, the sweep's points and the fitted line) are drawn
 by Plotly; its JavaScript is inlined, so the file opens offline and can be
-attached to a ticket. Plotly is an optional extra: ``pip install 'llmdoctor[html]'``.
+attached to a ticket. Plotly is an optional extra: ``pip install 'llm-latency-doctor[html]'``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from llmdoctor.runner import Status
 
 __all__ = ["render_html", "HtmlUnavailable", "require_plotly"]
 
-INSTALL_HINT = "the html format needs Plotly: pip install 'llmdoctor[html]'"
+INSTALL_HINT = "the html format needs Plotly: pip install 'llm-latency-doctor[html]'"
 _SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#b7791f", "info": "#2b6cb0"}
 _STATUS_COLOR = {"ok": "#2f855a", "warning": "#b7791f", "critical": "#c0392b", "unknown": "#805ad5"}
 _PHASE_COLORS = ["#4c78a8", "#72b7b2", "#f58518", "#e45756", "#54a24b", "#b279a2"]

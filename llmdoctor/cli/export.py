@@ -1,0 +1,68 @@
+"""Where the Prometheus metrics of a run go: --push-gateway, --push-job, --textfile.
+
+The destinations are checked before anything is measured (a bad URL, job or directory is a
+usage error, exit 3, with nothing sent); the metrics are delivered after the report is out,
+and a failed delivery is one line on stderr (`llmdoctor.export.exit_code_after_export`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from llmdoctor.cli.usage import UsageProblem
+
+if TYPE_CHECKING:
+    from llmdoctor.export import ExportSettings
+    from llmdoctor.render.prometheus import EndpointResult
+
+__all__ = ["export_options", "export_settings", "deliver"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def export_options(f: F) -> F:
+    """Add --push-gateway, --push-job and --textfile (the Prometheus metrics' destinations)."""
+    options = [
+        click.option("--push-gateway", default=None, metavar="URL",
+                     help="Push the metrics to this Prometheus Pushgateway (job --push-job, instance = the "
+                          "endpoint); a failed push is one line on stderr and exit 3 unless critical."),
+        click.option("--push-job", default="llmdoctor", show_default=True, metavar="NAME",
+                     help="Job name of the pushed metrics; with --textfile also the file name (NAME.prom)."),
+        click.option("--textfile", "textfile_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                     help="Write the metrics to DIR/NAME.prom atomically, for node-exporter's textfile collector."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def export_settings(values: Mapping[str, Any]) -> ExportSettings:
+    """The export destinations of the parsed options, checked before anything is measured."""
+    from llmdoctor.export import ExportError, ExportSettings, check_job, check_push_gateway, check_textfile_dir
+
+    settings = ExportSettings(push_gateway=values.get("push_gateway"), job=values.get("push_job") or "llmdoctor",
+                              textfile_dir=values.get("textfile_dir"))
+    try:
+        check_job(settings.job)
+        if settings.push_gateway:
+            check_push_gateway(settings.push_gateway)
+        if settings.textfile_dir:
+            check_textfile_dir(settings.textfile_dir)
+    except ExportError as exc:
+        raise UsageProblem(str(exc)) from None
+    return settings
+
+
+def deliver(results: Sequence[EndpointResult], settings: ExportSettings | None, code: int) -> int:
+    """Push / write the metrics of `results` (after the report is out); returns the exit code to use."""
+    if settings is None or not settings.wanted:
+        return code
+    from llmdoctor.export import exit_code_after_export, export
+
+    errors = export(results, settings)
+    for error in errors:
+        click.echo(f"llmdoctor: error: {error}", err=True)
+    return exit_code_after_export(code, errors)
