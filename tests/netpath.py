@@ -13,7 +13,7 @@ after the kernel has completed the handshake)::
 It creates a network namespace and two TUN devices: ``tunA`` here (``10.x.y.1``, peer
 ``10.x.y.2``) and ``tunB`` in the namespace (``10.x.y.2``). A thread pair reads each IP
 packet from one device and writes it into the other `one_way_s` later, in order — a delay
-line between two real network stacks. `forward` listens inside the namespace and relays each
+line (a process of its own) between two real network stacks. `forward` listens inside the namespace and relays each
 connection, without delay, to a loopback server of this namespace.
 
 ``DeadAddresses(stall_s)`` — addresses on a real link where nobody answers ARP or NDP: a
@@ -21,7 +21,10 @@ connection, without delay, to a loopback server of this namespace.
 neighbour discovery gives up, after ``mcast_solicit`` probes of ``retrans_time_ms`` each (set
 on this link only, so the stall is `stall_s`). That is what a client meets when a DNS name
 points at a host that is gone from its LAN (an IPv6 address left in DNS, a dead replica). A
-veth pair whose far end sits, address-less, in a namespace of its own.
+veth pair whose far end sits, address-less, in a namespace of its own. `silent_ipv4` and
+`silent_ipv6` have a permanent neighbour entry with a MAC nobody owns: their packets leave and
+are dropped without a word, so ``connect()`` waits until the caller's timeout (a firewall that
+drops, a black-holed route).
 
 Names carry the test process's id; `stop()` (or leaving the ``with``) deletes the namespace
 and devices, and `start()` first removes leftovers of test processes that no longer exist.
@@ -35,14 +38,12 @@ import itertools
 import os
 import random
 import re
-import select
 import shutil
 import socket
 import struct
 import subprocess
+import sys
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -53,6 +54,7 @@ T = TypeVar("T")
 _TUNSETIFF = 0x400454CA
 _IFF_TUN, _IFF_NO_PI = 0x0001, 0x1000
 _CLONE_NEWNET = 0x40000000
+_NOBODY_MAC = "02:00:5e:00:53:99"  # locally administered: no real card has it
 _PREFIX = "ldp"  # every namespace and device made here starts with it
 _counter = itertools.count()
 
@@ -150,7 +152,7 @@ class DelayedPath:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
-        self.packets = 0
+        self._line: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DelayedPath:
         _clean_leftovers()
@@ -172,8 +174,18 @@ class DelayedPath:
         except BaseException:
             self.stop()
             raise
-        for src, dst in ((here_fd, there_fd), (there_fd, here_fd)):
-            self._spawn(self._delay_line, src, dst)
+        # The delay line runs in a process of its own: this one's threads (the servers, the client
+        # under test) must not hold it back from the GIL.
+        self._line = subprocess.Popen(
+            [sys.executable, "-c", _DELAY_LINE, str(self.one_way_s), str(here_fd), str(there_fd)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(here_fd, there_fd))
+        assert self._line.stdout is not None
+        if self._line.stdout.readline() != b"ready\n":  # a packet sent before would wait for its start-up
+            self.stop()
+            raise RuntimeError("the delay line did not start")
+        for fd in self._fds:
+            os.close(fd)  # the delay line holds them now
+        self._fds.clear()
         return self
 
     def forward(self, upstream: tuple[str, int]) -> int:
@@ -193,6 +205,14 @@ class DelayedPath:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._line is not None:
+            assert self._line.stdin is not None
+            self._line.stdin.close()  # its end of the pipe closes: it exits
+            try:
+                self._line.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._line.kill()
+                self._line.wait()
         for thread in self._threads:
             thread.join(timeout=2)
         for sock in self._sockets:
@@ -214,41 +234,6 @@ class DelayedPath:
         self._threads.append(thread)
         thread.start()
 
-    def _delay_line(self, src: int, dst: int) -> None:
-        """Packets read from `src` are written to `dst` `one_way_s` later, in arrival order."""
-        pending: deque[tuple[float, bytes]] = deque()
-        ready = threading.Condition()
-
-        def deliver() -> None:
-            while not self._stop.is_set():
-                with ready:
-                    if not pending:
-                        ready.wait(0.05)
-                        continue
-                    due, packet = pending[0]
-                    wait = due - time.monotonic()
-                    if wait > 0:
-                        ready.wait(wait)
-                        continue
-                    pending.popleft()
-                try:
-                    os.write(dst, packet)
-                except OSError:
-                    return
-
-        self._spawn(deliver)
-        while not self._stop.is_set():
-            if not select.select([src], [], [], 0.05)[0]:
-                continue
-            try:
-                packet = os.read(src, 65536)
-            except OSError:
-                return
-            with ready:
-                self.packets += 1
-                pending.append((time.monotonic() + self.one_way_s, packet))
-                ready.notify()
-
     def _accept(self, listener: socket.socket, upstream: tuple[str, int]) -> None:
         while not self._stop.is_set():
             try:
@@ -268,6 +253,47 @@ class DelayedPath:
                 self._sockets.append(sock)
             self._spawn(_pump, client, server)
             self._spawn(_pump, server, client)
+
+
+# Packets read from one TUN device are written to the other `one_way_s` later, in arrival order;
+# both directions; says "ready" once it reads, exits when its stdin closes (the test ended, or died).
+_DELAY_LINE = r"""
+import collections, os, select, sys, threading, time
+
+one_way, a, b = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+def line(src, dst):
+    pending, ready = collections.deque(), threading.Condition()
+
+    def deliver():
+        while True:
+            with ready:
+                while not pending:
+                    ready.wait()
+                due, packet = pending[0]
+                if due > time.monotonic():
+                    ready.wait(due - time.monotonic())
+                    continue
+                pending.popleft()
+            try:
+                os.write(dst, packet)
+            except OSError:
+                pass
+
+    threading.Thread(target=deliver, daemon=True).start()
+    while True:
+        select.select([src], [], [])
+        packet = os.read(src, 65536)
+        with ready:
+            pending.append((time.monotonic() + one_way, packet))
+            ready.notify()
+
+for src, dst in ((a, b), (b, a)):
+    threading.Thread(target=line, args=(src, dst), daemon=True).start()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+sys.stdin.buffer.read()
+"""
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
@@ -297,7 +323,7 @@ def _close(sock: socket.socket) -> None:
 
 
 class DeadAddresses:
-    """An IPv4 and an IPv6 address on a real link where nobody answers: connect() stalls `stall_s`."""
+    """Addresses on a real link where nobody answers: connect() stalls `stall_s`, or until its timeout."""
 
     PROBES = 3  # the kernel's default mcast_solicit
 
@@ -308,6 +334,7 @@ class DeadAddresses:
         a, b = _subnet()
         self.ipv4 = f"10.{a}.{b}.2"
         self.ipv6 = f"fd{a:02x}:{b:x}::2"
+        self.silent_ipv4, self.silent_ipv6 = f"10.{a}.{b}.3", f"fd{a:02x}:{b:x}::3"
         self._local4, self._local6 = f"10.{a}.{b}.1/24", f"fd{a:02x}:{b:x}::1/64"
 
     def start(self) -> DeadAddresses:
@@ -326,6 +353,8 @@ class DeadAddresses:
                     f.write(retrans_ms)
             _ip("link", "set", self._here, "up")
             _ip("netns", "exec", self.namespace, "ip", "link", "set", self._there, "up")
+            for address in (self.silent_ipv4, self.silent_ipv6):
+                _ip("neigh", "add", address, "lladdr", _NOBODY_MAC, "dev", self._here, "nud", "permanent")
         except BaseException:
             self.stop()
             raise
