@@ -135,7 +135,8 @@ def render_plan(target: Target, options: Options, required: Iterable[str]) -> st
                      f"each request is bounded by --timeout {options.timeout_s:g} s.")
     if "transport" in names:
         lines.append(f"Also: up to 10 raw TCP connections{' and 3 TLS handshakes' if target.scheme == 'https' else ''}"
-                     " to time the round trip (no HTTP request).")
+                     " to time the round trip (no HTTP request), and one connect to each further address"
+                     " (up to 5) while the first ones fail.")
     if "dns" in names and not is_ip_literal(target.host):
         lines.append(f"Also: DNS queries (A and AAAA) for {target.host} to each configured resolver.")
     lines.append("Credentials: sent only to the endpoint's own origin; redirects are reported, never followed.")
