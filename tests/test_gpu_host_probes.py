@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ import psutil
 import pytest
 from llmdoctor.checks.ld201_gpu_saturation import GpuSaturation
 from llmdoctor.checks.ld202_gpu_memory import GpuMemoryFull
+from llmdoctor.checks.ld208_host_pressure import HostPressure
 from llmdoctor.checks.ld302_recent_restart import RecentRestart
 
 from llmdoctor.context import Context, ProbeUnavailable
@@ -19,7 +22,9 @@ from llmdoctor.probes.gpu import GpuSnapshot, RecordedNvml, gpu, read_gpus
 from llmdoctor.probes.host import find_server_process, host
 from llmdoctor.runner import run_one
 from llmdoctor.serde import from_data, to_data
-from llmdoctor.target import Options
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from llmdoctor.target import Options, Target
 
 NVML = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
@@ -167,3 +172,68 @@ def test_host_probe_finds_the_process_listening_on_the_endpoint_port(tmp_path) -
     finally:
         child.terminate()
         child.wait(10)
+
+
+# -- LD208 scoped: whose machine, which processes -------------------------------------------------
+@pytest.fixture
+def busy_cores():
+    """One bounded busy loop per core (ends by itself after 20 s; stopped at the end of the test)."""
+    loop = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(psutil.cpu_count() or 1)]
+    time.sleep(0.5)
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_client_load_against_a_remote_endpoint_is_called_the_clients(busy_cores) -> None:
+    ctx = Context(Target(base_url="http://198.51.100.10:8000/v1"), Options())
+    h = ctx.get("host")
+    assert h.server_process is None and h.target_is_local is False and h.self_pid == os.getpid()
+    # The busiest processes, in order, llmdoctor's own among them (others may load this shared host too).
+    shares = [c.cpu_percent for c in h.top_processes if c.role != "llmdoctor"]
+    assert shares == sorted(shares, reverse=True) and shares[0] >= 20
+    assert [c.role for c in h.top_processes if c.pid == os.getpid()] == ["llmdoctor"]
+    outcome = run_one(HostPressure, ctx)
+    assert outcome.status == "failed", outcome.reason
+    cpu = outcome.findings[0]
+    assert cpu.title.startswith("Client host pressure: CPU") and "not the server's" in cpu.message
+    assert "top consumers: " in cpu.message and "server process" not in cpu.message
+
+
+def test_llmdoctor_own_process_is_never_the_server_process(busy_cores) -> None:
+    with SimServer(get_profile("healthy")) as sim:  # served from this very process, as the demo is
+        ctx = Context(Target(base_url=sim.base_url), Options())
+        h = ctx.get("host")
+        outcome = run_one(HostPressure, ctx)
+    assert h.server_process is None and h.served_by_self and h.self_pid == os.getpid()
+    assert [c.role for c in h.top_processes if c.pid == os.getpid()] == ["llmdoctor"]
+    (cpu,) = [f for f in outcome.findings if "CPU" in f.title]
+    assert f"server process {os.getpid()}" not in cpu.message and "serves the endpoint itself" in cpu.message
+    with pytest.raises(ProbeUnavailable, match="llmdoctor's own process"):
+        host(Context(target=None, options=Options(pid=os.getpid())))
+
+
+def test_a_local_server_process_makes_it_the_servers_host(busy_cores, tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
+        outcome = run_one(HostPressure, ctx)
+        h = ctx.get("host")
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert h.server_process is not None and h.server_process.pid == server.pid
+    assert [c.role for c in h.top_processes if c.pid == server.pid] == ["server"]
+    cpu = outcome.findings[0]
+    assert cpu.title.startswith("Server host pressure: CPU") and f"server process {server.pid}" in cpu.message
