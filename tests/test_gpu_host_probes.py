@@ -128,12 +128,74 @@ def test_server_found_by_name(child) -> None:
         assert found[0].pid == proc.pid and found[1] == "llama.cpp"
 
 
-def test_young_server_process_is_cold_start_evidence(child) -> None:
-    proc = child()
-    ctx = Context(target=None, options=Options(pid=proc.pid))
-    outcome = run_one(RecentRestart, ctx)
-    assert outcome.status == "failed"
-    assert f"process {proc.pid}" in outcome.findings[0].message
+def _serve_sim(port: int, profile: str = "healthy") -> subprocess.Popen:
+    """`llmdoctor serve-sim` as a process of its own on `port`, once it accepts connections."""
+    proc = subprocess.Popen([sys.executable, "-m", "llmdoctor", "serve-sim", "--profile", profile, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("serve-sim did not start")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_warm_server_started_before_the_run_is_no_restart() -> None:
+    """A server process seconds old (well under LD302's ten minutes) that answers warm: nothing to report."""
+    port = _free_port()
+    server = _serve_sim(port)
+    try:
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
+        ctx.get("first_request"), ctx.get("baseline")
+        outcome = run_one(RecentRestart, ctx)
+        proc = ctx.get("host").server_process
+    finally:
+        _stop(server)
+    assert proc is not None and proc.pid == server.pid and proc.uptime_s is not None and proc.uptime_s < 600
+    assert outcome.status == "passed", [f.message for f in outcome.findings]
+
+
+def test_restart_during_the_run_is_reported() -> None:
+    port = _free_port()
+    server = _serve_sim(port)
+    try:
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
+        first = ctx.get("first_request")
+        _stop(server)
+        server = _serve_sim(port)  # restarted between our first request and the rest of the run
+        ctx.get("baseline")
+        outcome = run_one(RecentRestart, ctx)
+    finally:
+        _stop(server)
+    (finding,) = outcome.findings
+    assert f"process {server.pid}" in finding.message and "started during the run" in finding.message
+    assert first.started_at > 0
+
+
+def test_young_server_whose_first_request_paid_a_cold_start_is_reported() -> None:
+    port = _free_port()
+    server = _serve_sim(port, "cold-start")  # the first generation pays ~1.5 s
+    try:
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
+        ctx.get("first_request"), ctx.get("baseline")
+        outcome = run_one(RecentRestart, ctx)
+    finally:
+        _stop(server)
+    (finding,) = outcome.findings
+    assert finding.severity.value == "warning" and f"process {server.pid}" in finding.message
+    assert "more than warm ones" in finding.message and finding.impact_ms and finding.impact_ms > 1000
 
 
 def test_missing_pid_is_unavailable() -> None:

@@ -118,6 +118,22 @@ def _mask_cmdline(args: list[str]) -> str:
     return " ".join(out)[:300]
 
 
+def _age_s(pid: int) -> float | None:
+    """How long ago the process started, to the clock tick (Linux), or None where /proc cannot tell.
+
+    psutil's create_time adds the boot time, which /proc/stat gives in whole seconds: up to a
+    second early, too coarse to tell whether a server started before or after our first request.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def describe_process(proc: Any, kind: str = "") -> ProcessInfo:
     """Snapshot a psutil.Process (fields it may not read are None)."""
     import psutil
@@ -136,7 +152,10 @@ def describe_process(proc: Any, kind: str = "") -> ProcessInfo:
                 setattr(info, attr, call())
             except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 pass
-    if info.started_at is not None:
+    age = _age_s(proc.pid)
+    if age is not None:
+        info.uptime_s, info.started_at = age, time.time() - age
+    elif info.started_at is not None:
         info.uptime_s = max(0.0, time.time() - info.started_at)
     try:
         info.cpu_percent = proc.cpu_percent(interval=None)
