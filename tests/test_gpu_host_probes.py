@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from llmdoctor.serde import from_data, to_data
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Options, Target
+from tests.processes import busy_loops, free_port, http_server_process, serve_sim, serve_sim_process, stop
 
 NVML = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
@@ -128,71 +128,38 @@ def test_server_found_by_name(child) -> None:
         assert found[0].pid == proc.pid and found[1] == "llama.cpp"
 
 
-def _serve_sim(port: int, profile: str = "healthy") -> subprocess.Popen:
-    """`llmdoctor serve-sim` as a process of its own on `port`, once it accepts connections."""
-    proc = subprocess.Popen([sys.executable, "-m", "llmdoctor", "serve-sim", "--profile", profile, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("serve-sim did not start")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    proc.wait(10)
-
-
 def test_warm_server_started_before_the_run_is_no_restart() -> None:
     """A server process seconds old (well under LD302's ten minutes) that answers warm: nothing to report."""
-    port = _free_port()
-    server = _serve_sim(port)
-    try:
+    with serve_sim_process() as (port, server):
         ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
         ctx.get("first_request"), ctx.get("baseline")
         outcome = run_one(RecentRestart, ctx)
         proc = ctx.get("host").server_process
-    finally:
-        _stop(server)
     assert proc is not None and proc.pid == server.pid and proc.uptime_s is not None and proc.uptime_s < 600
     assert outcome.status == "passed", [f.message for f in outcome.findings]
 
 
 def test_restart_during_the_run_is_reported() -> None:
-    port = _free_port()
-    server = _serve_sim(port)
+    port = free_port()
+    server = serve_sim(port)
     try:
         ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
-        first = ctx.get("first_request")
-        _stop(server)
-        server = _serve_sim(port)  # restarted between our first request and the rest of the run
+        ctx.get("first_request")
+        stop(server)
+        server = serve_sim(port)  # restarted between our first request and the rest of the run
         ctx.get("baseline")
         outcome = run_one(RecentRestart, ctx)
     finally:
-        _stop(server)
+        stop(server)
     (finding,) = outcome.findings
     assert f"process {server.pid}" in finding.message and "started during the run" in finding.message
-    assert first.started_at > 0
 
 
 def test_young_server_whose_first_request_paid_a_cold_start_is_reported() -> None:
-    port = _free_port()
-    server = _serve_sim(port, "cold-start")  # the first generation pays ~1.5 s
-    try:
+    with serve_sim_process("cold-start") as (port, server):  # the first generation pays ~1.5 s
         ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options(samples=3))
         ctx.get("first_request"), ctx.get("baseline")
         outcome = run_one(RecentRestart, ctx)
-    finally:
-        _stop(server)
     (finding,) = outcome.findings
     assert finding.severity.value == "warning" and f"process {server.pid}" in finding.message
     assert "more than warm ones" in finding.message and finding.impact_ms and finding.impact_ms > 1000
@@ -205,48 +172,20 @@ def test_missing_pid_is_unavailable() -> None:
         host(Context(target=None, options=Options(pid=dead.pid)))
 
 
-def test_host_probe_finds_the_process_listening_on_the_endpoint_port(tmp_path) -> None:
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    from llmdoctor.context import Context
-    from llmdoctor.probes.host import host
-    from llmdoctor.target import Options, Target
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    child = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
-        result = host(ctx)
-        assert result.server_process is not None and result.server_process.pid == child.pid
+def test_host_probe_finds_the_process_listening_on_the_endpoint_port() -> None:
+    with http_server_process() as (port, child):
+        result = host(Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options()))
         remote = host(Context(Target(base_url=f"http://192.0.2.10:{port}/v1"), Options()))
-        assert remote.server_process is None  # a remote endpoint's server is never guessed locally
-    finally:
-        child.terminate()
-        child.wait(10)
+    assert result.server_process is not None and result.server_process.pid == child.pid
+    assert remote.server_process is None  # a remote endpoint's server is never guessed locally
 
 
 # -- LD208 scoped: whose machine, which processes -------------------------------------------------
 @pytest.fixture
 def busy_cores():
-    """One bounded busy loop per core (ends by itself after 20 s; stopped at the end of the test)."""
-    loop = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass"
-    procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(psutil.cpu_count() or 1)]
-    time.sleep(0.5)
-    yield [p.pid for p in procs]
-    for p in procs:
-        p.kill()
-        p.wait()
+    """One bounded busy loop per core, stopped at the end of the test."""
+    with busy_loops() as pids:
+        yield pids
 
 
 def test_client_load_against_a_remote_endpoint_is_called_the_clients(busy_cores) -> None:
@@ -277,24 +216,11 @@ def test_llmdoctor_own_process_is_never_the_server_process(busy_cores) -> None:
         host(Context(target=None, options=Options(pid=os.getpid())))
 
 
-def test_a_local_server_process_makes_it_the_servers_host(busy_cores, tmp_path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+def test_a_local_server_process_makes_it_the_servers_host(busy_cores) -> None:
+    with http_server_process() as (port, server):
         ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
         outcome = run_one(HostPressure, ctx)
         h = ctx.get("host")
-    finally:
-        server.terminate()
-        server.wait(10)
     assert h.server_process is not None and h.server_process.pid == server.pid
     assert [c.role for c in h.top_processes if c.pid == server.pid] == ["server"]
     cpu = outcome.findings[0]
