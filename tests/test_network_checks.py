@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -135,17 +136,19 @@ def test_server_slow_to_read_is_no_slow_network():
     assert transport.rtt_ms is not None and transport.rtt_ms < 5
 
 
-def test_https_to_an_ip_literal_runs_the_transport_checks(capsys):
+def test_https_to_an_ip_literal_runs_the_transport_checks(capsys, tmp_path):
     """https://127.0.0.1 with a trusted certificate for the IP (trustme CA via --ca-bundle): LD406-409 run."""
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
+    saved = tmp_path / "measurements.json"
     with SimServer(get_profile("healthy")) as sim, TlsFront(("127.0.0.1", sim.port), cert) as front, \
             ca.cert_pem.tempfile() as ca_file:
         result = run_cli(capsys, "check", "-e", f"https://127.0.0.1:{front.port}/v1", "--ca-bundle", ca_file,
-                         "--select", "LD4", "--json")
+                         "--select", "LD4", "--json", "--save-measurements", str(saved))
     report = result.report
     statuses = {c["check_id"]: (c["status"], c["reason"]) for c in report["checks"]}
     for check_id in ("LD406", "LD407", "LD408", "LD409"):
         assert statuses[check_id][0] in ("passed", "failed"), (check_id, statuses[check_id])
-    assert next(p for p in report["probes"] if p["name"] == "transport")["available"]
-    assert front.handshakes >= 4  # three timed TLS handshakes and the probe client's own connection
+    transport = json.loads(saved.read_text())["measurements"]["transport"]
+    assert transport["tls_error"] == "" and len(transport["tls_handshake_ms"]) == 3
+    assert transport["tls_version"] and transport["resolver"] == "IP literal"

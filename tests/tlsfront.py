@@ -31,6 +31,7 @@ class TlsFront:
         self.handshakes = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(lambda _loop, _context: None)  # clients that hang up mid-handshake
         self._thread = threading.Thread(target=self._loop.run_forever, name="tls-front", daemon=True)
         self._server: asyncio.base_events.Server | None = None
 
@@ -46,9 +47,10 @@ class TlsFront:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # reaped: no "never retrieved" noise
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
