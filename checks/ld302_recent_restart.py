@@ -8,14 +8,12 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.measures import cold_start_penalty_ms
+from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
 
 RECENT_S = 600.0
 EXPIRY_SOON_S = 60.0
-# A first-request penalty counts beyond this floor, the warm median and three times the warm spread (as LD301).
-MIN_PENALTY_MS = 100.0
 
 
 def _inside(started_at: float | None, run_started: float | None) -> bool:
@@ -28,7 +26,7 @@ def _beyond_noise(penalty: float, base: BaselineResult) -> bool:
     p50, p90 = base.ttft_p50_ms, base.ttft_p90_ms
     if p50 is None:
         return False
-    return penalty >= max(MIN_PENALTY_MS, p50, 3 * ((p90 or p50) - p50))
+    return penalty >= cold_start_noise_ms(p50, p90 if p90 is not None else p50)
 
 
 class RecentRestart(Check):
