@@ -130,10 +130,10 @@ class TestHealthy:
         assert "connection refused" in finding["message"].lower()
 
     @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
-        n=15, why="on a busy host LD208 warns 'CPU 99-100% busy' (the host's load, not the server's: idle vLLM "
-        "uses 2% CPU) in 4 of 4 runs here, and the 2-at-once follow-up 'confirmed queueing' in 1 of 4 (two "
-        "requests batched on one core). Depends on the host's load, hence not strict; strict once "
-        "noise-aware measurement and scoped host checks land"))
+        n=15, why="noise-aware measurement (item 2) has not landed: on a busy host the 2-at-once follow-up "
+        "'confirmed queueing' (two requests batched on one core) in 1 of 4 runs on the vllm branch and 1 of 4 "
+        "in its port onto main; before the scoped host checks (item 6) landed, LD208 also warned 'CPU 99-100% "
+        "busy' about the host's load (idle vLLM uses 2% CPU). Depends on the host's load, hence not strict"))
     def test_healthy_server_has_no_warning_cause_and_nothing_confirmed(self, healthy: dict[str, Any]) -> None:
         server: VllmServer = healthy["server"]
         report = _save(healthy["tmp"], "healthy", _check(server))
@@ -290,7 +290,7 @@ class TestKvPressure:
 
     @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
         n=15, why="the differential diagnosis has no KV-pressure hypothesis: under real preemptions it "
-        "'confirms queueing' (4 of 4 runs; the issue saw 'cold start')"))
+        "'confirms queueing' (5 of 5 runs; the issue saw 'cold start')"))
     def test_the_differential_diagnosis_confirms_kv_pressure(self, kv: dict[str, Any]) -> None:
         report = kv["report"]
         confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
