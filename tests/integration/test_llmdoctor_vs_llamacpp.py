@@ -33,7 +33,7 @@ import pytest
 
 from llmdoctor.probes.client import ProbeClient
 from llmdoctor.target import Target
-from tests.cliutil import run_cli, run_process, validate_report
+from tests.cliutil import all_finding_ids, run_cli, run_process, validate_report
 from tests.llamacpp_server import LlamaCppServer
 
 NON_STREAM_OVERHEAD_MS = 15.0
@@ -190,7 +190,7 @@ def test_flat_latency_fit_separates_a_fixed_and_a_per_token_cost(full_run: dict[
     one_token = [p["timing"]["total_ms"] for p in sweep["points"] if p["max_tokens"] == 1]
     assert one_token and 0 < min(one_token) < 250
     assert breakdown["fixed_ms"] is not None and abs(breakdown["fixed_ms"]) < 60
-    assert "LD702" not in [f["check_id"] for f in full_run["report"]["findings"]]
+    assert "LD702" not in all_finding_ids(full_run["report"])
     # ≈ 8 ms per output token measured by hand on these cores (4 ms quiet, ~29 ms under contention).
     assert 2.0 < breakdown["per_token_ms"] < 40.0
 
@@ -236,7 +236,7 @@ def test_log_scan_reports_no_errors_in_a_healthy_llamacpp_log(full_run: dict[str
 
 def test_warm_server_shows_no_cold_start(full_run: dict[str, Any]) -> None:
     """The session server was warmed before the run: LD301 must stay silent."""
-    assert "LD301" not in [f["check_id"] for f in full_run["report"]["findings"]]
+    assert "LD301" not in all_finding_ids(full_run["report"])
 
 
 def test_non_streamed_timing_agrees_with_openai_processing_ms(llama_server: LlamaCppServer) -> None:
@@ -357,7 +357,7 @@ def test_cold_start_is_detected_on_the_first_run_and_not_the_next(
         m = json.loads(saved.read_text())
         first, base = _probe(m, "first_request"), _probe(m, "baseline")
         penalty, p50, should_fire = _ld301_rule(first, base["samples"])
-        fired = "LD301" in [f["check_id"] for f in report["findings"]]
+        fired = "LD301" in all_finding_ids(report)
         assert fired == should_fire, (penalty, p50, report["findings"])
         penalties.append((penalty, p50, fired))
     print(f"\ncold-start penalty (first TTFT - warm median): run 1 {penalties[0][0]:.0f} ms "
