@@ -11,7 +11,8 @@ fixture cases run them even when replaying recorded measurements
 (``Context.replay_local``); ``llmdoctor replay`` does not, since the recording came
 from another machine or time.
 
-`ORDER` is the canonical order a run measures in (derived probes last): the order the
+`ORDER` is the canonical order a run measures in (derived probes last, then the closing ones
+that sum up the run: every request's outcome, the client host's load): the order the
 full checklist has always measured in, with the metrics scrape before the baseline it
 brackets and the first generation request before any other.
 """
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
     from llmdoctor.probes.gpu import GpuSnapshot
     from llmdoctor.probes.host import HostResult
     from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.lag import ClientHostResult
     from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
@@ -45,9 +48,9 @@ if TYPE_CHECKING:
     from llmdoctor.target import Options
 
 __all__ = [
-    "BASELINE", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
+    "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
     "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
-    "LOGS", "LONE_REQUEST", "ORDER", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
+    "LOGS", "LONE_REQUEST", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
     "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
 ]
 
@@ -68,7 +71,7 @@ def _first_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 def _baseline_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST", e.chat, CHAT_BODY, max(0, o.request.warmup - 1) + o.request.samples,
-                    "stops at the first 401/403/404/429/503")]
+                    "stops at a 401/403/404 or at two 429/503 in a row (pausing up to 2 s after one, 3 times)")]
 
 
 def _sweep_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -270,11 +273,19 @@ DIAGNOSIS: Probe[Diagnosis] = Probe(
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True)
 
+OUTCOMES: Probe[RequestLedger] = Probe(
+    "request_outcomes", "llmdoctor.probes.outcomes:request_outcomes", "llmdoctor.probes.outcomes:RequestLedger",
+    "every request's outcome (status, error, retry, empty or cut answer, refusal headers), by probe",
+    closing=True)
+CLIENT_HOST: Probe[ClientHostResult] = Probe(
+    "client_host", "llmdoctor.probes.outcomes:client_host", "llmdoctor.probes.lag:ClientHostResult",
+    "llmdoctor's own scheduling lag while it probed, and this host's CPU pressure", closing=True)
+
 #: The canonical measuring order (see the module docstring).
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
     SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PREFILL, SWEEP,
-    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
+    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS, OUTCOMES, CLIENT_HOST,
 )
 
 #: Every probe by name (for recordings, which name probes).
