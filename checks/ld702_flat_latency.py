@@ -80,7 +80,8 @@ class FlatLatency(Check):
             interval = fit.fixed_interval
             if interval is not None and interval[1] < MIN_FIXED_MS:
                 return  # whatever the fixed cost is, it is below the threshold
-            raise CheckSkipped(f"the flat-latency fit does not settle it: {fit.note()}")
+            shortfall = f" (from {sweep.samples_note()})" if sweep.short else ""
+            raise CheckSkipped(f"the flat-latency fit does not settle it{shortfall}: {fit.note()}")
         typical = ctx.options.workload.typical_output_tokens
         fixed = fit.fixed_ms
         share = fit.fixed_share(typical)

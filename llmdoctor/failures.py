@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from llmdoctor.probes.outcomes import RequestOutcome
 
-__all__ = ["FailurePattern", "LOADING_WORDS", "counts_as_trouble", "failure_pattern", "ordinal", "who_answered_503"]
+__all__ = ["FailurePattern", "LOADING_WORDS", "counts_as_trouble", "failure_pattern", "ordinal", "sequential",
+           "signs_of_503", "who_answered_503"]
 
 #: Words of a "the model is not ready" answer (llama.cpp "Loading model", TGI/vLLM start-up).
 LOADING_WORDS = ("loading", "not ready", "starting", "warming up", "initializing", "initialising")
@@ -55,14 +56,14 @@ class FailurePattern:
     paced: bool = False
 
 
-def _every_nth(failed: Sequence[bool]) -> int | None:
+def _every_nth(failed: Sequence[bool | None]) -> int | None:
+    """N when the failures fall on every Nth position from the first (None: a request whose place is unknown)."""
     positions = [i for i, f in enumerate(failed) if f]
     if len(positions) < 2:
         return None
     for n in range(2, len(failed) // 2 + 1):
         r = positions[0] % n
-        expected = [i for i in range(positions[0], len(failed)) if i % n == r]
-        if positions == expected:
+        if all(f is None or f == (i % n == r) for i, f in enumerate(failed) if i >= positions[0]):
             return n
     return None
 
@@ -95,15 +96,37 @@ def _runs(failed: Sequence[bool]) -> list[int]:
     return runs
 
 
+def sequential(requests: Sequence[RequestOutcome]) -> list[RequestOutcome]:
+    """The requests that ran alone (in start order): of requests in flight together the order is unknown."""
+    ordered = sorted(requests, key=lambda r: r.started_at)
+    ends = [r.started_at + (r.total_ms or 0.0) / 1000.0 for r in ordered]
+    alone = []
+    for i, r in enumerate(ordered):
+        overlaps_before = i > 0 and max(ends[:i]) > r.started_at
+        overlaps_after = i + 1 < len(ordered) and ends[i] > ordered[i + 1].started_at
+        if not (overlaps_before or overlaps_after):
+            alone.append(r)
+    return alone
+
+
 def failure_pattern(requests: Sequence[RequestOutcome]) -> FailurePattern:
-    """The pattern of the troubled requests among `requests` (in the order sent)."""
+    """The pattern of the troubled requests among `requests`, in the order they started.
+
+    Requests in flight together (see `sequential`) keep their places in the count of an every-Nth
+    pattern without having to match it (which of them the server saw first is unknown); the pace
+    and the bursts are read from the requests that ran alone.
+    """
+    ordered = sorted(requests, key=lambda r: r.started_at)
+    alone_ids = {id(r) for r in sequential(ordered)}
+    places: list[bool | None] = [counts_as_trouble(r) if id(r) in alone_ids else None for r in ordered]
+    requests = [r for r in ordered if id(r) in alone_ids]
     failed = [counts_as_trouble(r) for r in requests]
     n_failed = sum(failed)
     if not n_failed:
         return FailurePattern("none", "none failed")
     if n_failed == len(failed):
         return FailurePattern("all", "every request")
-    nth = _every_nth(failed)
+    nth = _every_nth(places)
     pace = _pace(requests, failed)
     paced = ""
     if pace is not None:
@@ -133,18 +156,25 @@ def _ok_ttfb(requests: Sequence[RequestOutcome]) -> float | None:
 def who_answered_503(r: RequestOutcome, requests: Sequence[RequestOutcome],
                      pattern: FailurePattern | None = None) -> tuple[str, str]:
     """(``loading`` | ``gateway`` | ``overload``, the evidence) for a 503 answer `r` among `requests`."""
+    kind, signs = signs_of_503(r, requests, pattern)
+    return kind, "; ".join(signs.values())
+
+
+def signs_of_503(r: RequestOutcome, requests: Sequence[RequestOutcome],
+                 pattern: FailurePattern | None = None) -> tuple[str, dict[str, str]]:
+    """Who answered a 503, and the signs of it by kind (``loading``, ``html``, ``instant``, ``paced``, ``json``)."""
     detail = r.detail.lower()
     if any(word in detail for word in LOADING_WORDS):
-        return "loading", f"the answer says the model is not ready ({r.detail[:80]!r})"
-    reasons = []
+        return "loading", {"loading": f"the answer says the model is not ready ({r.detail[:80]!r})"}
+    signs: dict[str, str] = {}
     if r.html:
         served = f" from {r.server}" if r.server else ""
-        reasons.append(f"an HTML error page{served}, not the API's JSON")
+        signs["html"] = f"an HTML error page{served}, not the API's JSON"
     ok_ttfb = _ok_ttfb(requests)
     if r.ttfb_ms is not None and ok_ttfb is not None and r.ttfb_ms <= max(INSTANT_MIN_MS, INSTANT_SHARE * ok_ttfb):
-        reasons.append(f"answered in {r.ttfb_ms:,.1f} ms where the model's answers took {ok_ttfb:,.0f} ms")
+        signs["instant"] = f"answered in {r.ttfb_ms:,.1f} ms where the model's answers took {ok_ttfb:,.0f} ms"
     if pattern is not None and pattern.paced:
-        reasons.append("refusals that follow the pacing of the requests")
-    if reasons:
-        return "gateway", "; ".join(reasons)
-    return "overload", "a JSON 503 without a loading message: the server is overloaded or restarting"
+        signs["paced"] = "refusals that follow the pacing of the requests"
+    if signs:
+        return "gateway", signs
+    return "overload", {"json": "a 503 without a loading message: the server is overloaded or restarting"}

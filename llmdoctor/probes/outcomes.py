@@ -141,8 +141,8 @@ class RequestLedger:
 
     @property
     def generations(self) -> list[RequestOutcome]:
-        """The generation requests, in the order sent."""
-        return [r for r in self.requests if r.generation]
+        """The generation requests, in the order they started (requests sent at once finish in any order)."""
+        return sorted((r for r in self.requests if r.generation), key=lambda r: r.started_at)
 
     def by_probe(self) -> list[ProbeTally]:
         """One tally per probe, in the order each first sent."""
