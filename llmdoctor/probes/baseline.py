@@ -159,6 +159,11 @@ class BaselineResult:
         """Two populations among the warm requests' totals (one slow replica), or None."""
         return two_clusters([t.total_ms or 0.0 for t in self.warm])
 
+    def alternating(self, split: Split) -> bool:
+        """Slow and fast warm requests take turns (round-robin over two replicas): never two of a kind in a row."""
+        order = [split.is_slow(t.total_ms or 0.0) for t in sorted(self.warm, key=lambda t: t.started_at)]
+        return len(order) >= 4 and all(a != b for a, b in zip(order, order[1:]))
+
     def samples_note(self) -> str:
         """``"5 samples"``, or ``"2 of 5 samples asked (3 × HTTP 429)"`` when some failed or were not sent."""
         got, asked = len(self.ok_samples), self.samples_asked
