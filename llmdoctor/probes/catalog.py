@@ -109,14 +109,19 @@ def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.request.idle_test_s:g} s idle")]
 
 
+def _concurrency_step(e: Endpoint, o: Options, n: int) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, 1 + n, f"1 alone, then {n} at once"),
+            request("POST/GET", f"{e.chat} or {o.evidence.metrics_url or e.root + '/metrics'}", CHAT_BODY,
+                    SINGLE_REQUESTS - 1, "alone again, or one metrics scrape instead when the backend exports "
+                    "a queue-time histogram")]
+
+
 def _concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.network.concurrency,
-                    f"{SINGLE_REQUESTS} alone, then {o.network.concurrency} in parallel")]
+    return _concurrency_step(e, o, o.network.concurrency)
 
 
 def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + CONCURRENCY_N,
-                    f"{SINGLE_REQUESTS} alone, then {CONCURRENCY_N} at once")]
+    return _concurrency_step(e, o, CONCURRENCY_N)
 
 
 def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -235,8 +240,8 @@ CLIENT_LIMITS: Probe[ClientLimits] = Probe(
     "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True)
 CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "concurrency", "llmdoctor.probes.client_limits:concurrency", "llmdoctor.probes.client_limits:ConcurrencyResult",
-    "latency at 1 vs N parallel requests (opt-in: --concurrency N)",
-    optional=(BASELINE, DISCOVERY), plan=_concurrency_plan, off=_no_concurrency)
+    "latency at 1 vs N parallel requests, interleaved (opt-in: --concurrency N)",
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_concurrency_plan, off=_no_concurrency)
 IDLE: Probe[IdleResult] = Probe(
     "idle", "llmdoctor.probes.idle:idle_test", "llmdoctor.probes.idle:IdleResult",
     "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
@@ -251,8 +256,8 @@ REFERENCE: Probe[Reference] = Probe(
 FOLLOWUP_CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "followup_concurrency", "llmdoctor.probes.followup:followup_concurrency",
     "llmdoctor.probes.client_limits:ConcurrencyResult",
-    "follow-up: latency of 2 requests alone, then 2 at once (ordered by the diagnosis)",
-    optional=(BASELINE, DISCOVERY), plan=_followup_concurrency_plan)
+    "follow-up: 2 requests at once against the same alone, interleaved (ordered by the diagnosis)",
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_followup_concurrency_plan)
 FOLLOWUP_IDLE: Probe[IdleResult] = Probe(
     "followup_idle", "llmdoctor.probes.followup:followup_idle", "llmdoctor.probes.idle:IdleResult",
     "follow-up: one request after a short idle wait (ordered by the diagnosis)",
@@ -268,7 +273,7 @@ REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
 DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
-    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS),
+    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True)
