@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
+from llmdoctor.failures import who_answered_503
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST, HOST
 from llmdoctor.probes.discovery import EndpointInfo
 from llmdoctor.probes.host import HostResult
+from llmdoctor.probes.outcomes import RequestOutcome
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 
 # A server process younger than this, found on this machine while its port refuses connections,
@@ -50,7 +52,10 @@ class Reachability(Check):
 
     ## Caveats
     Servers without ``/v1/models`` are probed with ``--model`` alone. A 429
-    is reported as a warning, since it describes load, not breakage.
+    is reported as a warning, since it describes load, not breakage. A 503 is
+    "the model loading" only when its answer says so; an HTML error page or an
+    instant answer is a gateway in front of the model. Failures after the
+    first request are LD002's.
     """
 
     id = "LD001"
@@ -228,10 +233,23 @@ def _generation_failure(t: RequestTiming, info: EndpointInfo, timeout_s: float, 
         title = "Not found (HTTP 404)"
         fix = Fix("Check the base URL (it usually ends in /v1) and the model name.")
     elif t.status == 503:
-        title = "Service unavailable (HTTP 503)"
-        fix = Fix("The server is loading a model or overloaded: wait and retry; read its logs (--log).", (
-            "Honour Retry-After in your client.",
-        ))
+        # Decided from the answer's evidence, not assumed to be a model loading (see llmdoctor.failures).
+        who, why = who_answered_503(RequestOutcome.of(t), [RequestOutcome.of(t)])
+        if who == "loading":
+            title = "Model still loading (HTTP 503)"
+            fix = Fix("Wait for the model to load, then retry; gate traffic on readiness.", (
+                "Honour Retry-After in your client; see LD305 for the cold start.",
+            ))
+        elif who == "gateway":
+            title = "HTTP 503 from a gateway in front of the model"
+            fix = Fix(f"A proxy or balancer answered ({why}): check its rate limit and its backends.", (
+                "nginx limit_req / haproxy stick tables: raise the rate or burst; answer 429 with Retry-After.",
+                "A balancer with no healthy backend answers 503 too: check the model servers behind it.",
+            ))
+        else:
+            title = "Service unavailable (HTTP 503)"
+            fix = Fix("The server is overloaded or restarting (its answer does not say it is loading): "
+                      "read its logs (--log) and its load.", ("Honour Retry-After in your client.",))
     elif t.status is not None and t.status >= 500:
         title = f"Generation fails with HTTP {t.status}"
         fix = Fix("Read the server logs around this request (pass them with --log).",

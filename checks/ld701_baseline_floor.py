@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from llmdoctor.causes import Symptom
-from llmdoctor.check import Category, Check
+from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import BASELINE
+from llmdoctor.noise import timing_confidence
+from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST
 
 WARNING_FLOOR_MS = 500.0
 CRITICAL_FLOOR_MS = 2000.0
@@ -46,7 +47,11 @@ class BaselineFloor(Check):
 
     ## Caveats
     Measured from this machine, so it includes the network to the endpoint.
-    Hosted APIs typically have floors of a few hundred ms.
+    Hosted APIs typically have floors of a few hundred ms. Samples that fall
+    into two populations (one slow replica: LD211) have no floor of their own:
+    the check is skipped then. With fewer samples than asked (refused or
+    failed requests) or on a saturated client host, the confidence is lowered
+    and the message says so.
     """
 
     id = "LD701"
@@ -54,6 +59,7 @@ class BaselineFloor(Check):
     title = 'Baseline "Say ok." floor'
     category = Category.BASELINE
     requires = (BASELINE,)
+    optional = (CLIENT_HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         base = ctx.get(BASELINE)
@@ -61,14 +67,23 @@ class BaselineFloor(Check):
         ttft50, ttft90 = base.ttft_p50_ms, base.ttft_p90_ms
         if p50 is None or p90 is None:
             return
+        mixed = base.mixed()
+        if mixed is not None:
+            raise CheckSkipped(
+                f"the warm requests fall into two populations (~{mixed.fast_median:,.0f} and "
+                f"~{mixed.slow_median:,.0f} ms; LD211): no floor is drawn from mixed samples")
         n = len(base.ok_samples)
-        confidence = Confidence.HIGH if n >= 5 else Confidence.MEDIUM
+        host = ctx.optional(CLIENT_HOST)
+        confidence = timing_confidence(Confidence.HIGH if n >= 5 else Confidence.MEDIUM, host=host,
+                                       timings=base.ok_samples, short=base.short)
+        samples = base.samples_note()
         evidence = (
             Evidence("total p50", round(p50, 1), "ms", "baseline"),
             Evidence("total p90", round(p90, 1), "ms", "baseline"),
             Evidence("TTFT p50", None if ttft50 is None else round(ttft50, 1), "ms", "baseline"),
             Evidence("TTFT p90", None if ttft90 is None else round(ttft90, 1), "ms", "baseline"),
             Evidence("samples", n, "", "baseline"),
+            Evidence("samples asked", base.samples_asked, "", "baseline"),
         )
         if p50 >= WARNING_FLOOR_MS:
             severity = Severity.CRITICAL if p50 >= CRITICAL_FLOOR_MS else Severity.WARNING
@@ -77,7 +92,7 @@ class BaselineFloor(Check):
                 severity,
                 confidence,
                 f"High latency floor: even \"Say ok.\" takes {p50:,.0f} ms",
-                f"The minimal request takes {p50:,.0f} ms (p90 {p90:,.0f} ms, {n} samples){share}.",
+                f"The minimal request takes {p50:,.0f} ms (p90 {p90:,.0f} ms, {samples}){share}.",
                 Fix(
                     "Lower the fixed cost per request, and hide what remains.",
                     (
@@ -97,7 +112,8 @@ class BaselineFloor(Check):
         if p90 >= UNSTABLE_RATIO * p50 and spread >= UNSTABLE_MIN_SPREAD_MS:
             yield Finding(
                 Severity.WARNING,
-                Confidence.MEDIUM if n >= 5 else Confidence.LOW,
+                timing_confidence(Confidence.MEDIUM if n >= 5 else Confidence.LOW, host=host,
+                                  timings=base.ok_samples, short=base.short),
                 f"Unstable floor: p90 {p90:,.0f} ms is {p90 / p50:.1f}× the median",
                 f"Identical minimal requests vary from {p50:,.0f} ms (p50) to {p90:,.0f} ms (p90): "
                 "requests are waiting for something (queue, batch slot, contended GPU).",

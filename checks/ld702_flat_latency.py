@@ -8,7 +8,8 @@ from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import SWEEP
+from llmdoctor.noise import timing_confidence
+from llmdoctor.probes.catalog import CLIENT_HOST, SWEEP
 
 FIXED_SHARE_LIMIT = 0.5
 MIN_FIXED_MS = 100.0
@@ -20,10 +21,13 @@ class FlatLatency(Check):
     ## What it checks
     Sends the same prompt with growing ``max_tokens`` (default 1, 16, 64,
     twice each, interleaved; ``ignore_eos`` where the server accepts it) and
-    fits ``total ≈ fixed + per_token × output_tokens``. Reports the fixed cost,
-    the cost per output token and the share of a typical request (default 64
-    output tokens, ``--typical-output-tokens``) that is fixed. Fires when the
-    fixed cost is at least 100 ms and half of a typical request.
+    fits ``total ≈ fixed + per_token × output_tokens`` with a robust line
+    (Theil–Sen: medians of pairwise slopes, so one request delayed by a busy
+    host cannot drag it) and an interval for each coefficient. Reports the
+    fixed cost, the cost per output token and the share of a typical request
+    (default 64 output tokens, ``--typical-output-tokens``) that is fixed.
+    Fires when the fixed cost is at least 100 ms and half of a typical
+    request.
 
     ## Why it adds latency
     The fixed cost (queueing, scheduling, tokenization, prefill, network) is
@@ -44,8 +48,14 @@ class FlatLatency(Check):
     ## Caveats
     Servers that stop early and ignore ``ignore_eos`` may generate the same
     length for every ``max_tokens``: the fit is then impossible and the check
-    is skipped with that reason. The fixed cost includes the sweep prompt's
-    prefill and the network round trip from this machine.
+    is skipped with that reason; when requests failed instead, the skip says
+    how many and why. A fixed cost whose interval is wider than itself (or
+    that is not positive, as when the per-token cost grows with the length)
+    is "not determined": skipped, unless even its interval's top is under
+    100 ms. Samples of two populations (one slow replica, LD211) are not
+    fitted as one. On a saturated client host, or with fewer requests than
+    asked, the confidence is lowered. The fixed cost includes the sweep
+    prompt's prefill and the network round trip from this machine.
     """
 
     id = "LD702"
@@ -53,27 +63,41 @@ class FlatLatency(Check):
     title = "Flat-latency fit: fixed vs per-token cost"
     category = Category.BASELINE
     requires = (SWEEP,)
+    optional = (CLIENT_HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep = ctx.get(SWEEP)
         fit = sweep.separable_fit
         if fit is None:
+            raise CheckSkipped(sweep.not_separable_reason())
+        mixed = sweep.mixed()
+        if mixed is not None:
             raise CheckSkipped(
-                "every sweep request generated the same number of tokens "
-                "(the server ignores ignore_eos and stops early): fixed and per-token cost cannot be separated"
-            )
+                f"the sweep holds two populations ({len(mixed.slow)} of {len(mixed.fast) + len(mixed.slow)} "
+                f"requests ~{mixed.slower_by:,.0f} ms above the line of the others): no fixed cost is drawn "
+                "from mixed samples (one backend slower than another? see LD211)")
+        if not fit.fixed_determined:
+            interval = fit.fixed_interval
+            if interval is not None and interval[1] < MIN_FIXED_MS:
+                return  # whatever the fixed cost is, it is below the threshold
+            shortfall = f" (from {sweep.samples_note()})" if sweep.short else ""
+            raise CheckSkipped(f"the flat-latency fit does not settle it{shortfall}: {fit.note()}")
         typical = ctx.options.workload.typical_output_tokens
-        fixed = max(0.0, fit.fixed_ms)
+        fixed = fit.fixed_ms
         share = fit.fixed_share(typical)
         if fixed < MIN_FIXED_MS or share < FIXED_SHARE_LIMIT:
             return
+        timings = [p.timing for p in sweep.ok_points]
+        interval = fit.fixed_interval
+        within = f" (interval {interval[0]:,.0f}–{interval[1]:,.0f} ms)" if interval else ""
+        shortfall = f" From {sweep.samples_note()}." if sweep.short else ""
         yield Finding(
             Severity.WARNING,
-            fit.confidence(),
+            timing_confidence(fit.confidence(), host=ctx.optional(CLIENT_HOST), timings=timings, short=sweep.short),
             f"Flat latency: a fixed {fixed:,.0f} ms is {share:.0%} of a typical request",
-            f"Every request pays about {fixed:,.0f} ms whatever its length, plus {fit.per_token_ms:.1f} ms "
+            f"Every request pays about {fixed:,.0f} ms{within} whatever its length, plus {fit.per_token_ms:.1f} ms "
             f"per output token: a {typical}-token answer takes ~{fit.predict(typical):,.0f} ms, "
-            f"a 2-token answer still ~{fit.predict(2):,.0f} ms.",
+            f"a 2-token answer still ~{fit.predict(2):,.0f} ms.{shortfall}",
             Fix(
                 "Cut or amortise the fixed cost per request.",
                 (
@@ -90,6 +114,7 @@ class FlatLatency(Check):
                 Evidence("fixed cost", round(fixed, 1), "ms", "sweep fit"),
                 Evidence("per output token", round(fit.per_token_ms, 2), "ms", "sweep fit"),
                 Evidence("fit r²", round(fit.r2, 3), "", "sweep fit"),
+                Evidence("fit", fit.method, "", "sweep fit"),
                 Evidence("points", fit.points, "", "sweep"),
                 Evidence("ignore_eos honoured", sweep.ignore_eos, "", "sweep"),
             ),

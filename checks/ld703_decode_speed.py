@@ -8,7 +8,8 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import SWEEP
+from llmdoctor.noise import timing_confidence
+from llmdoctor.probes.catalog import CLIENT_HOST, SWEEP
 
 SLOW_TOKEN_MS = 40.0  # 25 tokens/s: slower than people read
 
@@ -38,7 +39,11 @@ class DecodeSpeed(Check):
 
     ## Caveats
     Under load the slope includes other tenants' batch work. CPU-only servers
-    are expected to be slow here.
+    are expected to be slow here. The slope comes from a robust (Theil–Sen)
+    line with an interval: a slope whose interval is wider than itself is not
+    determined (skipped, unless even its top is under the threshold); mixed
+    samples (LD211) are not fitted; on a saturated client host or with fewer
+    requests than asked the confidence is lowered.
     """
 
     id = "LD703"
@@ -46,19 +51,30 @@ class DecodeSpeed(Check):
     title = "Decode speed per output token"
     category = Category.BASELINE
     requires = (SWEEP,)
+    optional = (CLIENT_HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep = ctx.get(SWEEP)
         fit = sweep.separable_fit
         if fit is None:
-            raise CheckSkipped("the sweep generated a single output length: no per-token slope")
+            raise CheckSkipped(sweep.not_separable_reason())
+        if sweep.mixed() is not None:
+            raise CheckSkipped("the sweep holds two populations (one backend slower than another? see LD211): "
+                               "no per-token cost is drawn from mixed samples")
         per_token = fit.per_token_ms
+        interval = fit.per_token_interval
+        if not fit.per_token_determined:
+            if interval is not None and interval[1] < SLOW_TOKEN_MS:
+                return  # whatever it is, it is below the threshold
+            raise CheckSkipped(f"the flat-latency fit does not settle it: {fit.note()}")
         if per_token < SLOW_TOKEN_MS:
             return
         typical = ctx.options.workload.typical_output_tokens
+        confidence = timing_confidence(fit.confidence(), host=ctx.optional(CLIENT_HOST),
+                                       timings=[p.timing for p in sweep.ok_points], short=sweep.short)
         yield Finding(
             Severity.WARNING,
-            fit.confidence(),
+            confidence,
             f"Slow decode: {per_token:.0f} ms per output token ({1000 / per_token:.0f} tokens/s)",
             f"Each output token costs {per_token:.1f} ms: a {typical}-token answer spends "
             f"{per_token * typical:,.0f} ms decoding.",
@@ -76,6 +92,8 @@ class DecodeSpeed(Check):
             impact_basis=f"per-token slope × a typical {typical}-token answer",
             evidence=(
                 Evidence("per output token", round(per_token, 2), "ms", "sweep fit"),
+                Evidence("interval", f"{interval[0]:.2f}–{interval[1]:.2f}" if interval else "none", "ms",
+                         "sweep fit"),
                 Evidence("fit r²", round(fit.r2, 3), "", "sweep fit"),
             ),
         )

@@ -58,7 +58,7 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     discovery = results.get(DISCOVERY)
     first: RequestTiming | None = discovery.models_timing if discovery is not None else None
     breakdown = Breakdown(
-        label=f'median "Say ok." request ({len(base.ok_samples)} samples, max_tokens {base.max_tokens})',
+        label=f'median "Say ok." request ({base.samples_note()}, max_tokens {base.max_tokens})',
         total_ms=typical.total_ms,
         phases=waterfall(typical),
         new_connection_ms=first.setup_ms if first is not None and not first.reused_connection else None,
@@ -70,8 +70,13 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     sweep = results.get(SWEEP)
     fit = sweep.separable_fit if sweep is not None else None
     if sweep is not None and fit is not None:
-        breakdown.fixed_ms = fit.fixed_ms
-        breakdown.per_token_ms = fit.per_token_ms
+        # A coefficient the fit does not determine is left out, never shown negative (`fit_note` says why).
+        breakdown.fixed_ms = fit.fixed_ms if fit.fixed_determined else None
+        breakdown.per_token_ms = fit.per_token_ms if fit.per_token_determined else None
+        breakdown.fixed_interval_ms = fit.fixed_interval
+        breakdown.per_token_interval_ms = fit.per_token_interval
+        breakdown.fit_note = fit.note()
         breakdown.typical_output_tokens = options.workload.typical_output_tokens
         breakdown.sweep_points = [(p.timing.output_tokens, p.timing.total_ms or 0.0) for p in sweep.ok_points]
     return breakdown
+

@@ -167,7 +167,7 @@ CAUSES: dict[Cause, CauseSpec] = {
     Cause.GPU_SATURATION: _latency("GPU saturated", *_WAITING, _S.SLOW_PER_TOKEN),
     Cause.GPU_MEMORY: _latency("GPU memory nearly full"),
     Cause.HOST_PRESSURE: _latency("Host CPU or memory pressure", *_WAITING, _S.SLOW_PER_TOKEN),
-    Cause.RATE_LIMITING: _failure("Rate limiting (HTTP 429)", _S.UNSTABLE_FLOOR),
+    Cause.RATE_LIMITING: _failure("Rate limiting (HTTP 429, or a limiting gateway's 503)", _S.UNSTABLE_FLOOR),
     Cause.ENDPOINT_UNREACHABLE: _failure("Endpoint unreachable (refused, DNS, TLS, timeout)"),
     Cause.ENDPOINT_MISCONFIGURED: _failure("Endpoint, credentials or model misconfigured"),
     Cause.SERVER_ERRORS: _failure("Server errors (5xx, crashes, OOM, cut streams)"),

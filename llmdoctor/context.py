@@ -29,6 +29,7 @@ from llmdoctor.target import Options, Target
 
 if TYPE_CHECKING:
     from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.lag import LagSampler
     from llmdoctor.probes.timing import RequestTiming
 
 __all__ = ["Context", "ProbeStatus", "ProbeUnavailable", "Results", "STRICT_ENV", "UndeclaredRead"]
@@ -110,6 +111,7 @@ class Context:
     strict: bool = field(default_factory=_strict_from_env)
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False, repr=False)
     _client: ProbeClient | None = field(default=None, init=False, repr=False)
+    _lag: LagSampler | None = field(default=None, init=False, repr=False)
     _raw_connections: int = field(default=0, init=False, repr=False)
     _readers: list[_Reader] = field(default_factory=list, init=False, repr=False)
     _scheduled: frozenset[AnyProbe] | None = field(default=None, init=False, repr=False)
@@ -154,8 +156,16 @@ class Context:
         if self.target is None:
             raise ProbeUnavailable("no endpoint given")
         if self._client is None:
+            from llmdoctor.probes.lag import LagSampler
+
+            # Sampled from the first request to the end of the run (`close`): the client's own stalls.
+            self._lag = LagSampler().start()
             if self.client_factory is not None:
                 self._client = self.client_factory()
+                if self._client.on_request is None:
+                    self._client.on_request = self._on_request
+                if self._client.lag is None:
+                    self._client.lag = self._lag
             else:
                 from llmdoctor.probes.client import ProbeClient
 
@@ -166,10 +176,29 @@ class Context:
                     insecure=self.options.network.insecure,
                     ca_bundle=self.options.network.ca_bundle,
                     deadline_at=self.deadline_at,
-                    on_request=self._log_request if self.options.request.verbose else None,
+                    on_request=self._on_request,
                     before_send=self.before_send,
+                    lag=self._lag,
                 )
         return self._client
+
+    @property
+    def lag_sampler(self) -> LagSampler | None:
+        """The run's lag sampler (started with the probe client; None before the first request)."""
+        return self._lag
+
+    @property
+    def request_history(self) -> list[RequestTiming]:
+        """Every request the probe client sent this run, in order (empty when replaying)."""
+        return list(self._client.history) if self._client is not None else []
+
+    def _on_request(self, timing: RequestTiming) -> None:
+        """Stamp the probe that sent `timing`; with --verbose, log it."""
+        probe = next((r.name for r in reversed(self._readers) if not r.is_check), "")
+        if probe and not timing.probe:
+            timing.probe = probe
+        if self.options.request.verbose:
+            self._log_request(timing)
 
     def _log_request(self, timing: RequestTiming) -> None:
         """--verbose: one line per request on stderr (headers masked, text redacted)."""
@@ -193,9 +222,11 @@ class Context:
         return 0 if self._client is None else int(self._client.requests_sent)
 
     def close(self) -> None:
-        """Release the probe client's connections."""
+        """Release the probe client's connections and stop the lag sampler."""
         if self._client is not None:
             self._client.close()
+        if self._lag is not None:
+            self._lag.stop()
 
     # -- the schedule -------------------------------------------------------
     def off_reason(self, probe: AnyProbe) -> str | None:

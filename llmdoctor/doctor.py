@@ -10,9 +10,9 @@ from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
 from llmdoctor.context import Context, Results
 from llmdoctor.folding import fold_outcomes
-from llmdoctor.probes.catalog import DIAGNOSIS, DISCOVERY
+from llmdoctor.probes.catalog import CLIENT_HOST, DIAGNOSIS, DISCOVERY, OUTCOMES
 from llmdoctor.registry import load_registry, select
-from llmdoctor.report import Report
+from llmdoctor.report import Accounting, Report
 from llmdoctor.runner import CheckOutcome, run_one, schedule_for
 from llmdoctor.target import Options, Target
 
@@ -70,6 +70,7 @@ def diagnose(
         ctx.close()
     results = ctx.results()
     findings = fold_outcomes(outcomes)
+    ledger = results.get(OUTCOMES)
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
         model=_model(results, target),
@@ -86,6 +87,8 @@ def diagnose(
         replayed=recorded is not None,
         interrupted=interrupted,
         diagnosis=results.get(DIAGNOSIS),
+        accounting=Accounting.of(ledger) if ledger is not None else None,
+        client_host=results.get(CLIENT_HOST),
     )
     return report, ctx
 

@@ -16,7 +16,7 @@ from llmdoctor.findings import Confidence
 from llmdoctor.gate import sample_confidence
 from llmdoctor.probes.baseline import BaselineResult, SweepResult
 from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
-from llmdoctor.stats import fit_line, percentile
+from llmdoctor.stats import percentile, robust_fit
 
 __all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "cold_start_noise_ms",
            "cold_start_penalty_ms", "MIN_COLD_START_PENALTY_MS", "REGRESSION_METRICS"]
@@ -75,6 +75,9 @@ def measure(metric: str, base: BaselineResult | None, sweep: SweepResult | None)
         fit = sweep.separable_fit if sweep is not None else None
         if fit is None:
             return None
+        determined = fit.fixed_determined if metric == "fixed_cost" else fit.per_token_determined
+        if not determined:
+            return None  # not measured: the fit's interval is wider than its estimate (or it is not positive)
         value = fit.fixed_ms if metric == "fixed_cost" else fit.per_token_ms
         return Measured(metric, value, fit.points, fit.confidence(), "sweep")
     if base is None:
@@ -88,7 +91,7 @@ def measure(metric: str, base: BaselineResult | None, sweep: SweepResult | None)
 
 
 def fit_replicates(sweep: SweepResult, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[tuple[float, float]]:
-    """Bootstrap replicates (fixed_ms, per_token_ms) of the sweep's fit, resampling within each length."""
+    """Bootstrap replicates (fixed_ms, per_token_ms) of the sweep's (Theil–Sen) fit, resampling within each length."""
     groups: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for p in sweep.ok_points:
         groups[p.max_tokens].append((float(p.timing.output_tokens), float(p.timing.total_ms or 0.0)))
@@ -102,7 +105,7 @@ def fit_replicates(sweep: SweepResult, resamples: int = DEFAULT_RESAMPLES, seed:
                 x, y = pts[rng.randrange(len(pts))]
                 xs.append(x)
                 ys.append(y)
-        fit = fit_line(xs, ys)
+        fit = robust_fit(xs, ys)
         if fit is not None:
             out.append((fit.fixed_ms, fit.per_token_ms))
     return out

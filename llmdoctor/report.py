@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 
 from llmdoctor.context import ProbeStatus
 from llmdoctor.diagnosis.model import Diagnosis
+from llmdoctor.failures import counts_as_trouble
 from llmdoctor.findings import Finding, Severity
+from llmdoctor.probes.lag import ClientHostResult
+from llmdoctor.probes.outcomes import ProbeTally, RequestLedger
 from llmdoctor.runner import CheckOutcome
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Accounting",
     "ExitCode",
     "Phase",
     "Breakdown",
@@ -22,7 +26,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 class ExitCode:
@@ -60,6 +64,29 @@ class Breakdown:
     typical_output_tokens: int | None = None
     #: The output-length sweep behind the fit: (output tokens, total ms) per request (schema 1.1).
     sweep_points: list[tuple[int, float]] = field(default_factory=list)
+    #: The fit's intervals (about 90%), and why a coefficient is not given (schema 1.5): `fixed_ms` is
+    #: None when the fit does not determine it, never a negative fixed cost.
+    fixed_interval_ms: tuple[float, float] | None = None
+    per_token_interval_ms: tuple[float, float] | None = None
+    fit_note: str = ""
+
+
+@dataclass
+class Accounting:
+    """How the run's requests ended: all of them, the generation requests, and each probe's (schema 1.5)."""
+
+    overall: ProbeTally
+    generation: ProbeTally
+    by_probe: list[ProbeTally]
+    #: Generation requests that ended in endpoint trouble (a refusal, a server error, a timeout, a cut
+    #: or empty answer; a 400 the probes handle does not count): a run with any is never OK.
+    troubled_generations: int = 0
+
+    @classmethod
+    def of(cls, ledger: RequestLedger) -> Accounting:
+        """The accounting of a run's request ledger."""
+        return cls(ledger.overall(), ledger.overall(generation_only=True), ledger.by_probe(),
+                   sum(1 for r in ledger.generations if counts_as_trouble(r)))
 
 
 @dataclass
@@ -82,6 +109,10 @@ class Report:
     interrupted: bool = False
     #: The differential diagnosis (hypotheses, follow-up tests, chains); None when it did not run (1.2).
     diagnosis: Diagnosis | None = None
+    #: How every request ended (1.5); None when not recorded (replay of an older recording, no request).
+    accounting: Accounting | None = None
+    #: The client host's load while probing: llmdoctor's own lag, CPU pressure (1.5).
+    client_host: ClientHostResult | None = None
     schema_version: str = SCHEMA_VERSION
 
     @property
@@ -95,9 +126,13 @@ class Report:
 
         An interrupted run (Ctrl-C) is incomplete: 3 UNKNOWN, unless it already found
         something critical (2). States rank OK < WARNING < UNKNOWN < CRITICAL, as Icinga ranks
-        them when it aggregates.
+        them when it aggregates. Generation requests that failed make the run at least a WARNING, even
+        when no selected check reported them: a run whose requests failed is never OK.
         """
         code = exit_code_for(self.findings, self.fail_on)
+        if (code == ExitCode.OK and self.fail_on == "warning" and self.accounting is not None
+                and self.accounting.troubled_generations):
+            code = ExitCode.WARNING
         if self.interrupted and code != ExitCode.CRITICAL:
             return ExitCode.UNKNOWN
         return code

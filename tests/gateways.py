@@ -4,6 +4,8 @@
         check(gw.url)
     with Nginx(upstreams=[...], directives=["proxy_buffering off;"]) as gw: ...
     with Nginx(upstreams=[fast, slow]) as gw: ...                      # round-robin balancer
+    with Nginx(upstreams=[...], http_directives=["limit_req_zone $binary_remote_addr zone=gen:1m rate=1r/s;"],
+               locations={"/v1/chat/completions": ["limit_req zone=gen;"]}) as gw: ...   # a rate limit in front
     with Haproxy(upstreams=[("127.0.0.1", sim.port)]) as gw: ...
 
 Each gateway listens on a free port of 127.0.0.1 with its configuration, pid file, logs and
@@ -14,9 +16,12 @@ config is kept as the gateway's documentation: `config_text`, written to `config
 nginx (1.22, package ``nginx-light``): ``location /`` proxies to an ``upstream`` block with
 ``proxy_http_version 1.1`` and ``Connection ""`` (nginx speaks HTTP/1.0 to upstreams
 otherwise, and closes each upstream connection); ``directives`` go inside the location
-(``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …) and ``server_directives`` in each
-upstream server line (``weight=2``). haproxy (2.6): ``mode http``, round-robin over the
-upstreams, ``http-reuse`` default; ``directives`` go into the backend section.
+(``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …), ``server_directives`` in each
+upstream server line (``weight=2``), ``http_directives`` in the ``http`` block
+(``limit_req_zone …``), and ``locations`` adds location blocks of their own (proxied the same
+way, with their directives: ``limit_req zone=gen;`` on the generation path only). haproxy
+(2.6): ``mode http``, round-robin over the upstreams, ``http-reuse`` default; ``directives`` go
+into the backend section.
 
 `available()` says whether the binary is installed (tests skip with that reason, or fail in CI
 when ``LLMDOCTOR_REQUIRE_GATEWAYS=1``).
@@ -31,7 +36,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -66,12 +71,15 @@ class Gateway:
     binary = ""
 
     def __init__(self, upstreams: Sequence[tuple[str, int]], *, directives: Sequence[str] = (),
-                 server_directives: str = "") -> None:
+                 server_directives: str = "", http_directives: Sequence[str] = (),
+                 locations: Mapping[str, Sequence[str]] | None = None) -> None:
         if not upstreams:
             raise ValueError("a gateway needs at least one upstream")
         self.upstreams = list(upstreams)
         self.directives = list(directives)
         self.server_directives = server_directives
+        self.http_directives = list(http_directives)
+        self.locations = {path: list(d) for path, d in (locations or {}).items()}
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"llmdoctor-{self.binary}-"))
         self.config_path = self.dir / f"{self.binary}.conf"
@@ -149,9 +157,18 @@ class Nginx(Gateway):
 
     binary = "nginx"
 
+    def _location(self, path: str, directives: Sequence[str]) -> str:
+        extra = "".join(f"\n            {d}" for d in (*self.directives, *directives))
+        return f"""        location {path} {{
+            proxy_pass http://model;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";{extra}
+        }}"""
+
     def config(self) -> str:
         servers = "\n".join(f"        server {h}:{p} {self.server_directives};" for h, p in self.upstreams)
-        extra = "\n".join(f"            {d}" for d in self.directives)
+        http_extra = "".join(f"\n    {d}" for d in self.http_directives)
+        locations = "\n".join(self._location(path, d) for path, d in [("/", []), *self.locations.items()])
         d = self.dir
         return f"""daemon off;
 master_process off;
@@ -165,19 +182,14 @@ http {{
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
+    scgi_temp_path {d}/scgi;{http_extra}
     upstream model {{
 {servers}
         keepalive 16;
     }}
     server {{
         listen 127.0.0.1:{self.port};
-        location / {{
-            proxy_pass http://model;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-{extra}
-        }}
+{locations}
     }}
 }}
 """

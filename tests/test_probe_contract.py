@@ -27,7 +27,19 @@ from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
 from llmdoctor.probes import catalog
-from llmdoctor.probes.catalog import BASELINE, CLIENT_LIMITS, DIAGNOSIS, DISCOVERY, GPU, HOST, ORDER, PROBES, SWEEP
+from llmdoctor.probes.catalog import (
+    BASELINE,
+    CLIENT_HOST,
+    CLIENT_LIMITS,
+    DIAGNOSIS,
+    DISCOVERY,
+    GPU,
+    HOST,
+    ORDER,
+    OUTCOMES,
+    PROBES,
+    SWEEP,
+)
 from llmdoctor.probes.contract import Endpoint, Probe, Reads, schedule
 from llmdoctor.registry import Registry, load_registry
 from llmdoctor.runner import run_checks
@@ -299,8 +311,16 @@ def test_a_conditional_read_is_declared_and_scheduled_only_under_its_options() -
     assert Context(None, Options.of(dns_server="127.0.0.1")).get(TOY_CONDITIONAL) == "measured"
     readers = [Reads((TOY_CONDITIONAL,))]
     assert schedule(readers, lambda p: None, ORDER, Options()) == [TOY_CONDITIONAL]
+    # DISCOVERY sends requests, so the run's closing probes (its requests' outcomes, its host) come last.
     assert schedule(readers, lambda p: None, ORDER, Options.of(dns_server="127.0.0.1")) == [DISCOVERY,
-                                                                                             TOY_CONDITIONAL]
+                                                                                             TOY_CONDITIONAL,
+                                                                                             OUTCOMES, CLIENT_HOST]
+
+
+def test_a_run_that_sends_ends_with_its_closing_probes_and_one_that_does_not_has_none() -> None:
+    sending = schedule([Reads((SWEEP,))], lambda p: None, ORDER, Options())
+    assert sending[-2:] == [OUTCOMES, CLIENT_HOST] and DIAGNOSIS not in sending
+    assert schedule([Reads((HOST,))], lambda p: None, ORDER, Options()) == [HOST]
 
 
 def test_probes_are_read_through_handles_only() -> None:
@@ -313,7 +333,9 @@ def test_probes_are_read_through_handles_only() -> None:
 def test_the_catalog_lists_every_probe_once_in_its_order() -> None:
     handles = [v for v in vars(catalog).values() if isinstance(v, Probe)]
     assert set(handles) == set(ORDER) and len(ORDER) == len(set(ORDER)) == len(PROBES)
-    assert [p for p in ORDER if p.derived] == [ORDER[-1]]  # derived probes are measured last
+    closing = [p for p in ORDER if p.closing]
+    assert closing == list(ORDER[-len(closing):]) == [OUTCOMES, CLIENT_HOST]  # the run's summaries come last
+    assert [p for p in ORDER if p.derived] == [ORDER[-len(closing) - 1]]  # derived probes just before them
     for probe in ORDER:
         for dep in probe.reads:
             assert dep in PROBES.values(), (probe, dep)
@@ -385,4 +407,5 @@ def test_a_plugin_naming_probes_by_string_is_a_load_error_not_a_crash() -> None:
 def test_a_plugin_probe_outside_the_catalog_is_measured_after_the_catalog_ones() -> None:
     plugin = Probe("plugin", f"{__name__}:_toy_probe", "builtins:str", "a plugin's probe", optional=(DISCOVERY,))
     order = schedule([Reads((plugin, SWEEP))], lambda p: None, ORDER)
-    assert order[-1] is plugin and order.index(DISCOVERY) < order.index(SWEEP)
+    # after the catalog's probes, before the run's closing summaries (which count its requests too)
+    assert order[-3:] == [plugin, OUTCOMES, CLIENT_HOST] and order.index(DISCOVERY) < order.index(SWEEP)

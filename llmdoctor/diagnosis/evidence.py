@@ -15,8 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from llmdoctor.diagnosis.confounders import (
+    NOISE_MULTIPLE,
+    Confounders,
+    confounders_from,
+    first_pass_confounders,
+    noise_ms,
+)
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.measures import cold_start_penalty_ms
+from llmdoctor.noise import explained_by_lag
 from llmdoctor.probes.catalog import (
     BASELINE,
     CONCURRENCY,
@@ -24,6 +32,7 @@ from llmdoctor.probes.catalog import (
     FIRST_REQUEST,
     FOLLOWUP_CONCURRENCY,
     FOLLOWUP_IDLE,
+    HOST,
     IDLE,
     LONE_REQUEST,
     PREFILL,
@@ -86,6 +95,10 @@ class Facts:
     setup_ms: list[float] = field(default_factory=list)
     waiting: float | None = None
     typical_output_tokens: int = 64
+    #: What else could look like a queue or a floor (two populations, a busy host, KV pressure), and the noise.
+    confounders: Confounders = field(default_factory=Confounders)
+    #: The worst scheduling lag of llmdoctor during the first request (ms).
+    first_lag_ms: float | None = None
 
 
 def _decode_per_token(timings: list[RequestTiming]) -> float | None:
@@ -100,6 +113,7 @@ def facts_from(ctx: Context) -> Facts:
     first = ctx.optional(FIRST_REQUEST)
     info = ctx.optional(DISCOVERY)
     metrics = ctx.optional(SERVER_METRICS)
+    host = ctx.optional(HOST)
     ok = base.ok_samples
     later = [t for t in base.warmup[1:] + base.samples if t.ok]
     models = info.models_timing if info is not None else None
@@ -116,6 +130,8 @@ def facts_from(ctx: Context) -> Facts:
         setup_ms=[t.setup_ms for t in later if not t.reused_connection],
         waiting=metrics.worst("requests_waiting") if metrics is not None else None,
         typical_output_tokens=ctx.options.workload.typical_output_tokens,
+        confounders=confounders_from(base, host, metrics),
+        first_lag_ms=first.client_lag_ms if first is not None else None,
     )
 
 
@@ -136,10 +152,13 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     out: list[Seen] = []
     impacts: Impacts = {}
     warm = f.warm_ttft_ms
+    c = f.confounders
     if f.first_ttft_ms is not None:
         penalty = cold_start_penalty_ms(f.first_ttft_ms, f.first_setup_ms, warm)
         seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
-        if penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
+        if explained_by_lag(penalty, f.first_lag_ms):
+            pass  # llmdoctor's own stall during the first request explains the difference
+        elif penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
             out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
         elif penalty >= max(200.0, 2 * warm):
             out.append(("cold_start", STRONG, f"{seen}: {penalty:,.0f} ms more"))
@@ -147,17 +166,23 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
             out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
         if penalty > 0:
             impacts["cold_start"] = (penalty, "first request minus warm median, time to first token")
-    if warm >= FLOOR_MS:
+    if c.split is not None:
+        pass  # mixed samples: their median is no request's floor, their spread no queue
+    elif warm >= FLOOR_MS:
         out.append(("server_floor", WEAK, f"warm time to first token {warm:,.0f} ms for a 3-word prompt"))
         out.append(("queueing", WEAK, f"warm time to first token {warm:,.0f} ms: waiting is one explanation"))
     elif warm < LOW_FLOOR_MS:
         out.append(("server_floor", 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
     impacts["server_floor"] = (warm, 'warm "Say ok." time to first token')
     spread = f.ttft_p90_ms - warm
-    if warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
+    if c.split is None and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
         out.append(("queueing", WEAK, f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
-    if f.waiting is not None and f.waiting >= 1:
+    preempted = c.preemptions is not None and c.preemptions > 0
+    if f.waiting is not None and f.waiting >= 1 and not preempted:  # with preemptions: waiting for KV blocks
         out.append(("queueing", STRONG, f"{f.waiting:.0f} requests waiting in the server's queue at the scrape"))
+    seen_c, impacts_c = first_pass_confounders(c, f.waiting)
+    out += seen_c
+    impacts.update(impacts_c)
     if f.decode_ms is not None:
         seen = f"{f.decode_ms:.1f} ms per output token in the baseline's stream"
         if f.decode_ms >= SLOW_TOKEN_MS:
@@ -190,16 +215,22 @@ def _sweep(r: SweepResult, f: Facts) -> tuple[list[Seen], Impacts]:
     fit = r.separable_fit
     if fit is None:
         return [], {}
+    mixed = r.mixed()
+    if mixed is not None:  # no line through two populations: the replicas differ, not decode or floor
+        n = len(mixed.fast) + len(mixed.slow)
+        return [("replica_imbalance", STRONG, f"{len(mixed.slow)} of {n} sweep requests ~{mixed.slower_by:,.0f} ms "
+                                              "above the line through the others: two populations")], {}
     slope, fixed = fit.per_token_ms, fit.fixed_ms
     seen = f"total ≈ {fixed:,.0f} ms + {slope:.1f} ms × tokens (r² {fit.r2:.2f})"
     out: list[Seen] = []
-    if slope >= SLOW_TOKEN_MS and fit.r2 >= 0.8:
+    if slope >= SLOW_TOKEN_MS and fit.r2 >= 0.8 and fit.per_token_determined:
         out.append(("slow_decode", DECISIVE, f"{seen}: each token is slow"))
     elif slope <= FAST_TOKEN_MS:
         out.append(("slow_decode", 1 / DECISIVE, f"{seen}: tokens are cheap"))
-    if fixed >= FLOOR_MS and fixed >= 0.5 * fit.predict(f.typical_output_tokens):
+    if fixed >= FLOOR_MS and fixed >= 0.5 * fit.predict(f.typical_output_tokens) and fit.fixed_determined:
         out.append(("server_floor", WEAK, f"{seen}: the fixed part dominates"))
-    elif fixed < LOW_FLOOR_MS:
+    elif fixed < LOW_FLOOR_MS and (fit.fixed_interval is None or fit.fixed_interval[1] < LOW_FLOOR_MS
+                                   or not fit.robust):
         out.append(("server_floor", 1 / STRONG, f"{seen}: small fixed part"))
     impacts = {"slow_decode": (slope * f.typical_output_tokens,
                                f"sweep slope × a typical {f.typical_output_tokens}-token answer")}
@@ -211,6 +242,8 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     seen = (f"{r.short_tokens} → {r.long_tokens} prompt tokens: first token {r.short_ttft_ms:,.0f} → "
             f"{r.long_ttft_ms:,.0f} ms ({r.per_token_ms:.2f} ms per prompt token)")
     out: list[Seen] = []
+    if diff > 0 and explained_by_lag(diff, r.lag_ms):
+        return [], {}  # llmdoctor's own stall during the two requests explains the difference
     if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
         out.append(("long_prefill", DECISIVE, seen))
     elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
@@ -224,21 +257,52 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
 
 
 def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
+    """Parallel against alone, interleaved and from the first byte after connect; the server's queue decides.
+
+    A connection opened by a parallel request is not queueing (its set-up is left out); a difference
+    the run's noise explains (jitter of identical requests, the spread of the alone repeats, the
+    client's lag, doubled on a busy client) is not either; and where the backend reports its own queue
+    time of the parallel requests, that decides over the client's inference.
+    """
     single = r.single_p50_ms
-    if not single or not r.parallel_ms:
+    parallels = r.parallels
+    if not single or not parallels:
         return [], {}
-    worst = max(r.parallel_ms)
+    c = f.confounders
+    if c.split is not None:
+        return [], {}  # two populations: parallel requests on different replicas say nothing of a queue
+    if r.server_queue_ms is not None:
+        q = r.server_queue_ms
+        seen = (f"the server's own queue time of the {r.n} parallel requests: {q:,.1f} ms "
+                f"(its histogram, {r.server_queue_requests or 0:.0f} requests)")
+        if q >= max(20.0, 0.15 * single):
+            return ([("queueing", DECISIVE, seen), ("server_floor", 1 / WEAK, f"{seen}: waiting, not work")],
+                    {"queueing": (q, "server's mean queue time of requests sent together")})
+        if q <= 5.0:
+            out: list[Seen] = [("queueing", 1 / DECISIVE, f"{seen}: not queued, whatever the client saw")]
+            if single >= FLOOR_MS:
+                out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))
+            return out, {}
+        return [], {}
+    worst = max(parallels)
     # Started together: one after the other, they finish a service time apart; in parallel, together.
-    spread = worst - min(r.parallel_ms) if len(r.parallel_ms) >= 2 else 0.0
+    spread = worst - min(parallels) if len(parallels) >= 2 else 0.0
+    excess = max(worst - single, spread)
+    repeats = max(r.singles) - min(r.singles) if len(r.singles) >= 2 else 0.0
+    noise = noise_ms(c, [r.lag_ms], repeats)
     seen = (f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×), "
-            f"{spread:,.0f} ms between first and last")
+            f"{spread:,.0f} ms between first and last (connection set-up excluded; noise ±{noise:,.0f} ms)")
     slower = worst >= QUEUE_SLOWDOWN * single and worst - single >= 30
     if slower or (spread >= SERIAL_SPREAD * single and spread >= 30):
-        return ([("queueing", DECISIVE, f"{seen}: served one after the other"),
-                 ("server_floor", 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
-                {"queueing": (max(worst - single, spread), "extra wait of a request queued behind one other")})
+        if excess >= NOISE_MULTIPLE * noise:
+            return ([("queueing", DECISIVE, f"{seen}: served one after the other"),
+                     ("server_floor", 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
+                    {"queueing": (excess, "extra wait of a request queued behind one other")})
+        if excess >= 1.5 * noise:
+            return [("queueing", WEAK, f"{seen}: slower together, but within a few times the noise")], {}
+        return [], {}
     if worst <= NO_SLOWDOWN * single and spread <= PARALLEL_SPREAD * single:
-        out: list[Seen] = [("queueing", 1 / STRONG, f"{seen}: served in parallel")]
+        out = [("queueing", 1 / STRONG, f"{seen}: served in parallel")]
         if single >= FLOOR_MS:
             out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))
         return out, {}
@@ -250,6 +314,8 @@ def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if penalty is None:
         return [], {}
     seen = f"after {r.idle_s:g} s idle: {penalty:+,.0f} ms against the warm median"
+    if penalty > 0 and explained_by_lag(penalty, r.after_idle.client_lag_ms):
+        return [], {}
     if penalty >= max(200.0, f.warm_ttft_ms):
         return ([("cold_start", DECISIVE, f"{seen}: the model was unloaded while idle")],
                 {"cold_start": (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
@@ -275,10 +341,19 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
     outside = r.outside_server_ms
     if outside is not None and client:
         seen = f"client time to first token {client:,.0f} ms, server's {r.server_ttft_ms:,.0f} ms"
-        if outside >= max(50.0, 0.3 * client):
+        near = f.models_ms is not None and f.models_ms <= 10.0
+        if outside >= max(50.0, 0.3 * client) and near:
+            # GET /v1/models answers at once: the path is short, the time is spent in front of the model
+            out += [("gateway_overhead", STRONG, f"{seen}: {outside:,.0f} ms outside the model server, though "
+                                                 f"GET /v1/models took {f.models_ms:,.1f} ms"),
+                    ("slow_network", 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
+            impacts["gateway_overhead"] = (outside, "client minus server time to first token of a lone request")
+        elif outside >= max(50.0, 0.3 * client):
             out.append(("slow_network", STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
+            out.append(("gateway_overhead", WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
         elif outside <= max(10.0, 0.1 * client):
             out.append(("slow_network", 1 / STRONG, f"{seen}: the time is spent in the server"))
+            out.append(("gateway_overhead", 1 / STRONG, f"{seen}: nothing in front of the model costs time"))
             if (r.server_ttft_ms or 0) >= FLOOR_MS and (queue is None or queue <= 5.0):
                 out.append(("server_floor", WEAK, f"{seen}, not queued: work done per request"))
     return out, impacts
@@ -292,6 +367,9 @@ def _repeat(r: RepeatPromptResult, f: Facts) -> tuple[list[Seen], Impacts]:
     seen = (f"{r.prompt_tokens} prompt tokens twice: first token {first:,.0f} ms, then "
             f"{r.second.ttft_ms or 0:,.0f} ms")
     out: list[Seen] = []
+    lag = max((t.client_lag_ms or 0.0) for t in (r.first, r.second))
+    if explained_by_lag(max(extra, saved), lag):
+        return [], {"prefix_cache_miss": (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
     if per >= SLOW_PREFILL_MS and extra >= 100:
         out.append(("long_prefill", STRONG, f"{seen}: {per:.2f} ms per prompt token"))
     elif per <= FAST_PREFILL_MS:
@@ -407,14 +485,16 @@ def _needs_metrics(ctx: Context) -> str | None:
 # Built without a type context, so each test keeps its probe's result type.
 _TESTS = (
     FollowUp(SWEEP, "output-length sweep (decode vs floor)",
-             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3)}, _sweep_seconds, _sweep),
+             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3), "replica_imbalance": (0.8, 0.05)},
+             _sweep_seconds, _sweep),
     FollowUp(TRANSPORT, "fresh vs reused connections, round trip (raw TCP)",
              {"slow_network": (0.95, 0.05), "no_keepalive": (0.95, 0.05)}, lambda f, o: 1.0, _transport),
     FollowUp(PREFILL, "prompt-length sweep (prefill vs fixed cost)",
              {"long_prefill": (0.95, 0.05), "server_floor": (0.7, 0.3)},
              lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _prefill),
     FollowUp(LONE_REQUEST, "metrics deltas around a lone request (server queue vs work)",
-             {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3)},
+             {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3),
+              "gateway_overhead": (0.8, 0.2)},
              lambda f, o: f.warm_total_ms / 1000 + 0.1, _lone, needs=_needs_metrics),
     FollowUp(FOLLOWUP_CONCURRENCY, "concurrency step: 1 vs 2 at once (queueing vs compute)",
              {"queueing": (0.95, 0.05), "server_floor": (0.7, 0.3)},

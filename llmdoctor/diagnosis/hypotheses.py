@@ -91,6 +91,40 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
          "Put the stable part of the prompt (system prompt, tools, documents) first and byte-identical."),
         PRIOR_SECONDARY,
     ),
+    Hypothesis(
+        Cause.REPLICA_IMBALANCE,
+        "Find the slow replica, then fix or drain it; balance on load, not in turn.",
+        ("Compare the replicas' own metrics (GPU, queue, KV usage) and versions: same model, quantization, "
+         "hardware and flags on each.",
+         "Balance by least connections or latency (nginx least_conn, haproxy balance leastconn) and add "
+         "health checks that take a slow replica out.",
+         "Send a few requests to each replica directly (by address) to confirm which one is slow."),
+        PRIOR_SECONDARY,
+    ),
+    Hypothesis(
+        Cause.HOST_PRESSURE,
+        "Give the server (and the client) CPU headroom.",
+        ("Stop or move the processes competing for the CPU (LD208 names them); add cores.",
+         "Run the diagnosis from a host that is not saturated: a busy client times its own stalls too."),
+        PRIOR_SECONDARY,
+    ),
+    Hypothesis(
+        Cause.KV_CACHE_PRESSURE,
+        "Give the KV cache room, or admit fewer long sequences at once.",
+        ("vLLM: raise --gpu-memory-utilization, lower --max-num-seqs or --max-model-len; use a smaller KV "
+         "dtype (--kv-cache-dtype fp8) where supported.",
+         "Cap max_tokens so sequences do not grow the cache without need; add replicas."),
+        PRIOR_SECONDARY,
+    ),
+    Hypothesis(
+        Cause.GATEWAY_OVERHEAD,
+        "Find what the gateway in front of the model does on every request.",
+        ("Compare the client's time with the server's own (its metrics, its timing headers): the difference "
+         "is spent in front of the model (auth, routing, buffering, a distant hop).",
+         "Keep connections to the upstream alive (nginx keepalive + proxy_http_version 1.1); turn off "
+         "response buffering for streams (proxy_buffering off)."),
+        PRIOR_SECONDARY,
+    ),
 )
 
 BY_ID: dict[str, Hypothesis] = {h.id: h for h in HYPOTHESES}

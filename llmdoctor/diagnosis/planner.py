@@ -30,10 +30,13 @@ from llmdoctor.probes.contract import AnyProbe
 if TYPE_CHECKING:
     from llmdoctor.context import Context
 
-__all__ = ["diagnose_followups", "EXCLUSION_RIVALS"]
+__all__ = ["diagnose_followups", "restatus", "EXCLUSION_RIVALS", "EXPLAINED_BY"]
 
 #: The fixed-overhead floor is confirmed only when these are refuted.
 EXCLUSION_RIVALS = ("queueing", "long_prefill", "slow_network")
+#: A hypothesis is not confirmed while one that explains the same observations is: requests waiting for
+#: KV blocks are KV pressure showing, a slow replica makes load-dependent and high latencies of its own.
+EXPLAINED_BY = {"queueing": ("kv_cache_pressure", "replica_imbalance"), "server_floor": ("replica_imbalance",)}
 
 
 def _status(d: Diagnosis, h: HypothesisState) -> str:
@@ -42,12 +45,16 @@ def _status(d: Diagnosis, h: HypothesisState) -> str:
         rivals = [d.get(r) for r in EXCLUSION_RIVALS]
         if any(r is not None and r.status != "refuted" for r in rivals):
             return "open"
+    if s == "confirmed" and any(status(x.probability) == "confirmed"
+                                for x in (d.get(e) for e in EXPLAINED_BY.get(h.id, ())) if x is not None):
+        return "open"
     return s
 
 
-def _restatus(d: Diagnosis) -> None:
+def restatus(d: Diagnosis) -> None:
+    """Each hypothesis's status from its probability, the exclusion rule and `EXPLAINED_BY`."""
     # Rivals first, so the exclusion rule sees their final status.
-    for h in sorted(d.hypotheses, key=lambda h: h.id == "server_floor"):
+    for h in sorted(d.hypotheses, key=lambda h: (h.id == "server_floor", h.id in EXPLAINED_BY)):
         h.status = _status(d, h)
 
 
@@ -65,7 +72,7 @@ def _apply(d: Diagnosis, seen: list[Seen], source: str, impacts: dict[str, tuple
         h = d.get(hyp)
         if h is not None and ms > 0:
             h.impact_ms, h.impact_basis = round(ms, 1), basis
-    _restatus(d)
+    restatus(d)
     return updates
 
 

@@ -11,7 +11,8 @@ fixture cases run them even when replaying recorded measurements
 (``Context.replay_local``); ``llmdoctor replay`` does not, since the recording came
 from another machine or time.
 
-`ORDER` is the canonical order a run measures in (derived probes last): the order the
+`ORDER` is the canonical order a run measures in (derived probes last, then the closing ones
+that sum up the run: every request's outcome, the client host's load): the order the
 full checklist has always measured in, with the metrics scrape before the baseline it
 brackets and the first generation request before any other.
 """
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
     from llmdoctor.probes.gpu import GpuSnapshot
     from llmdoctor.probes.host import HostResult
     from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.lag import ClientHostResult
     from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
@@ -45,9 +48,9 @@ if TYPE_CHECKING:
     from llmdoctor.target import Options
 
 __all__ = [
-    "BASELINE", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
+    "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
     "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
-    "LOGS", "LONE_REQUEST", "ORDER", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
+    "LOGS", "LONE_REQUEST", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
     "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
 ]
 
@@ -68,7 +71,7 @@ def _first_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 def _baseline_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST", e.chat, CHAT_BODY, max(0, o.request.warmup - 1) + o.request.samples,
-                    "stops at the first 401/403/404/429/503")]
+                    "stops at a 401/403/404 or at two 429/503 in a row (pausing up to 2 s after one, 3 times)")]
 
 
 def _sweep_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -106,14 +109,19 @@ def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST", e.chat, CHAT_BODY, 1, f"after {o.request.idle_test_s:g} s idle")]
 
 
+def _concurrency_step(e: Endpoint, o: Options, n: int) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, 1 + n, f"1 alone, then {n} at once"),
+            request("POST/GET", f"{e.chat} or {o.evidence.metrics_url or e.root + '/metrics'}", CHAT_BODY,
+                    SINGLE_REQUESTS - 1, "alone again, or one metrics scrape instead when the backend exports "
+                    "a queue-time histogram")]
+
+
 def _concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + o.network.concurrency,
-                    f"{SINGLE_REQUESTS} alone, then {o.network.concurrency} in parallel")]
+    return _concurrency_step(e, o, o.network.concurrency)
 
 
 def _followup_concurrency_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, SINGLE_REQUESTS + CONCURRENCY_N,
-                    f"{SINGLE_REQUESTS} alone, then {CONCURRENCY_N} at once")]
+    return _concurrency_step(e, o, CONCURRENCY_N)
 
 
 def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -232,8 +240,8 @@ CLIENT_LIMITS: Probe[ClientLimits] = Probe(
     "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True)
 CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "concurrency", "llmdoctor.probes.client_limits:concurrency", "llmdoctor.probes.client_limits:ConcurrencyResult",
-    "latency at 1 vs N parallel requests (opt-in: --concurrency N)",
-    optional=(BASELINE, DISCOVERY), plan=_concurrency_plan, off=_no_concurrency)
+    "latency at 1 vs N parallel requests, interleaved (opt-in: --concurrency N)",
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_concurrency_plan, off=_no_concurrency)
 IDLE: Probe[IdleResult] = Probe(
     "idle", "llmdoctor.probes.idle:idle_test", "llmdoctor.probes.idle:IdleResult",
     "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
@@ -248,8 +256,8 @@ REFERENCE: Probe[Reference] = Probe(
 FOLLOWUP_CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "followup_concurrency", "llmdoctor.probes.followup:followup_concurrency",
     "llmdoctor.probes.client_limits:ConcurrencyResult",
-    "follow-up: latency of 2 requests alone, then 2 at once (ordered by the diagnosis)",
-    optional=(BASELINE, DISCOVERY), plan=_followup_concurrency_plan)
+    "follow-up: 2 requests at once against the same alone, interleaved (ordered by the diagnosis)",
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_followup_concurrency_plan)
 FOLLOWUP_IDLE: Probe[IdleResult] = Probe(
     "followup_idle", "llmdoctor.probes.followup:followup_idle", "llmdoctor.probes.idle:IdleResult",
     "follow-up: one request after a short idle wait (ordered by the diagnosis)",
@@ -265,16 +273,24 @@ REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
 DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
-    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS),
+    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True)
+
+OUTCOMES: Probe[RequestLedger] = Probe(
+    "request_outcomes", "llmdoctor.probes.outcomes:request_outcomes", "llmdoctor.probes.outcomes:RequestLedger",
+    "every request's outcome (status, error, retry, empty or cut answer, refusal headers), by probe",
+    closing=True)
+CLIENT_HOST: Probe[ClientHostResult] = Probe(
+    "client_host", "llmdoctor.probes.outcomes:client_host", "llmdoctor.probes.lag:ClientHostResult",
+    "llmdoctor's own scheduling lag while it probed, and this host's CPU pressure", closing=True)
 
 #: The canonical measuring order (see the module docstring).
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
     SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PREFILL, SWEEP,
-    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
+    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS, OUTCOMES, CLIENT_HOST,
 )
 
 #: Every probe by name (for recordings, which name probes).

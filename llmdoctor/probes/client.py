@@ -18,7 +18,9 @@ One `ProbeClient` per run. Each request
   body size, a maximum SSE line length;
 - never raises for endpoint trouble: the outcome is a `RequestTiming` whose `error` is an
   `ErrorKind` and whose `error_detail` has been through the `Redactor`, so the API key never
-  appears in it.
+  appears in it;
+- records its outcome: a retry is marked `retried`, the answering address is kept (`peer`), and,
+  with a `LagSampler`, the worst scheduling lag this process suffered while it ran (`client_lag_ms`).
 
 `connect_ms` is httpcore's ``connect_tcp`` span, which includes name resolution when the URL has a
 host name (DNS is measured separately by the dns probe). `ttft_ms` of a non-streamed request is its
@@ -46,6 +48,7 @@ import httpcore
 import httpx
 
 from llmdoctor import __version__
+from llmdoctor.probes.lag import LagSampler
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor, redact_headers
@@ -400,6 +403,19 @@ def _error_message(obj: Any) -> str | None:
     return None
 
 
+def _peer(response: httpx.Response) -> str:
+    """``ip:port`` of the connection the response came on ("" when the transport does not say)."""
+    stream = response.extensions.get("network_stream")
+    try:
+        addr = stream.get_extra_info("server_addr") if stream is not None else None
+    except Exception:  # noqa: BLE001 - a transport without the information
+        return ""
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return ""
+
+
 def _tokens_from_headers(timing: RequestTiming) -> None:
     """Token counts from TGI headers when the body carried no usage."""
     if timing.prompt_tokens is None and "tgi.prompt_tokens" in timing.server_timing:
@@ -432,9 +448,12 @@ class ProbeClient:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         trust_env: bool = True,
         deadline_at: float | None = None,
+        lag: LagSampler | None = None,
     ) -> None:
-        """`deadline_at`: the ``time.perf_counter()`` instant the whole run must end by (or None)."""
+        """`deadline_at`: the ``time.perf_counter()`` instant the whole run must end by (or None);
+        `lag`: the run's lag sampler, whose worst lag during each request is stamped on it."""
         self.target = target
+        self.lag = lag
         self.timeout_s = float(timeout_s)
         self.deadline_at = deadline_at
         self.max_requests = int(max_requests)
@@ -638,7 +657,7 @@ class ProbeClient:
             # classic race when both sides use a ~5 s keep-alive): every HTTP client retries
             # this once on a new connection. Both attempts stay in `history` and count.
             self._take_budget(method, path)
-            timing, payload = self._attempt(method, url, mode, content, anonymous)
+            timing, payload = self._attempt(method, url, mode, content, anonymous, retried=True)
         elif timing.status in _BACKOFF_STATUSES and not self._backed_off:
             wait = self._backoff(timing)
             if wait is not None:
@@ -646,7 +665,7 @@ class ProbeClient:
                 time.sleep(wait)
                 self._take_budget(method, path)
                 first = timing
-                timing, payload = self._attempt(method, url, mode, content, anonymous)
+                timing, payload = self._attempt(method, url, mode, content, anonymous, retried=True)
                 if timing.status in _BACKOFF_STATUSES:
                     timing.error_detail = self.redactor.text(
                         f"{timing.error_detail} (also after waiting {wait:g} s as Retry-After asked; "
@@ -683,10 +702,11 @@ class ProbeClient:
             self.before_send()
 
     def _attempt(
-        self, method: str, url: str, mode: str, content: bytes | None, anonymous: bool = False
+        self, method: str, url: str, mode: str, content: bytes | None, anonymous: bool = False,
+        retried: bool = False,
     ) -> tuple[RequestTiming, Any]:
         # The URL path as sent ("/v1/models"), without a query string that could hold a secret.
-        timing = RequestTiming(method=method, path=urlsplit(url).path, streamed=(mode == "sse"))
+        timing = RequestTiming(method=method, path=urlsplit(url).path, streamed=(mode == "sse"), retried=retried)
         marks: dict[str, float] = {}
 
         def trace(name: str, info: dict[str, Any]) -> None:
@@ -741,6 +761,8 @@ class ProbeClient:
             self._fill_phases(timing, marks, t0)
             if timing.total_ms is None and t0:
                 timing.total_ms = _ms(end - t0)
+            if self.lag is not None and t0:
+                timing.client_lag_ms = round(self.lag.worst_between(t0, end), 3)
             timing.error_detail = self.redactor.text(timing.error_detail)[:500]
             timing.text = self.redactor.text(timing.text)
             self.history.append(timing)
@@ -781,6 +803,7 @@ class ProbeClient:
         timing.ttfb_ms = _ms(hdr_t - t0)
         timing.status = response.status_code
         timing.http_version = response.http_version
+        timing.peer = _peer(response)
         timing.response_headers = self.redactor.obj(redact_headers(response.headers))
         timing.server_timing.update(_header_timings(response.headers))
         ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmdoctor.probes.catalog import BASELINE, CONCURRENCY, DISCOVERY
+from llmdoctor.probes.catalog import BASELINE, CONCURRENCY, DISCOVERY, SERVER_METRICS
 from llmdoctor.probes.sizes import SINGLE_REQUESTS
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
+    from llmdoctor.probes.metrics import ServerMetrics
+    from llmdoctor.probes.timing import RequestTiming
 
 __all__ = ["ClientLimits", "ConcurrencyResult", "client_limits", "concurrency", "PORT_RANGE_FILE"]
 
@@ -102,7 +104,16 @@ def client_limits(ctx: Context) -> ClientLimits:
 
 @dataclass
 class ConcurrencyResult:
-    """Latency of the minimal request alone and with N in flight."""
+    """Latency of the minimal request alone and with N in flight, in one interleaved run.
+
+    One request alone, then N at once, then the other(s) alone: drift hits both sides alike. Each is
+    timed in full (`single_ms`, `parallel_ms`) and from the first byte after its connection was set up
+    (`single_service_ms`, `parallel_service_ms`): the parallel requests open connections of their own,
+    and a handshake over a long path (or a stall on a dead address) is not the server queueing.
+    `lag_ms` is the worst scheduling lag of llmdoctor while they ran; `server_queue_ms` the server's
+    own mean queue time of the parallel requests (its histogram, scraped after them in place of the
+    last request alone), where it exports one.
+    """
 
     n: int
     requested: int
@@ -112,20 +123,36 @@ class ConcurrencyResult:
     max_in_flight: int = 0
     errors: int = 0
     note: str = ""
+    single_service_ms: list[float] = field(default_factory=list)
+    parallel_service_ms: list[float] = field(default_factory=list)
+    parallel_setup_ms: list[float] = field(default_factory=list)
+    lag_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_queue_requests: float | None = None
+
+    @property
+    def singles(self) -> list[float]:
+        """The alone requests compared: from the first byte after connect (totals in older recordings)."""
+        return self.single_service_ms or self.single_ms
+
+    @property
+    def parallels(self) -> list[float]:
+        """The parallel requests compared: from the first byte after connect (totals in older recordings)."""
+        return self.parallel_service_ms or self.parallel_ms
 
     @property
     def single_p50_ms(self) -> float | None:
-        """Median latency of one request alone."""
+        """Median latency of one request alone (connection set-up excluded)."""
         import statistics  # on use: it costs start-up time (fractions, decimal)
 
-        return statistics.median(self.single_ms) if self.single_ms else None
+        return statistics.median(self.singles) if self.singles else None
 
     @property
     def parallel_p50_ms(self) -> float | None:
-        """Median latency with N requests in flight."""
+        """Median latency with N requests in flight (connection set-up excluded)."""
         import statistics  # on use: it costs start-up time (fractions, decimal)
 
-        return statistics.median(self.parallel_ms) if self.parallel_ms else None
+        return statistics.median(self.parallels) if self.parallels else None
 
     @property
     def slowdown(self) -> float | None:
@@ -139,9 +166,10 @@ class ConcurrencyResult:
     def effective_parallelism(self) -> float | None:
         """How many requests the endpoint served at once: N x single / wall time of the batch."""
         single = self.single_p50_ms
-        if not single or not self.parallel_wall_ms or not self.parallel_ms:
+        if not single or not self.parallel_wall_ms or not self.parallels:
             return None
-        return min(float(self.n), len(self.parallel_ms) * single / self.parallel_wall_ms)
+        wall = self.parallel_wall_ms - (max(self.parallel_setup_ms) if self.parallel_setup_ms else 0.0)
+        return min(float(self.n), len(self.parallels) * single / max(wall, 1e-6))
 
 
 def concurrency(ctx: Context) -> ConcurrencyResult:
@@ -154,17 +182,57 @@ def concurrency(ctx: Context) -> ConcurrencyResult:
     return concurrency_step(ctx, ctx.options.network.concurrency)
 
 
+def _queue_reference(ctx: Context) -> tuple[ServerMetrics, str] | None:
+    """The run's latest metrics scrape and its URL, when the backend exports a queue-time histogram."""
+    metrics = ctx.optional(SERVER_METRICS)
+    if metrics is None or metrics.latest.queue_time is None:
+        return None
+    url = ctx.options.evidence.metrics_url or metrics.url
+    return (metrics.latest, url) if url else None
+
+
+def _server_queue(ctx: Context, reference: ServerMetrics, url: str, parallel: int) -> tuple[float | None, str]:
+    """The server's mean queue time (ms) of the `parallel` requests, from one scrape after them.
+
+    The histogram moved from the run's latest scrape (`reference`) to now by every generation request
+    sent since; when exactly ours moved it (no other traffic), the queue time in the window is put on
+    the parallel requests, the only ones that could wait behind ours (the others ran one at a time).
+    """
+    from llmdoctor.probes.metrics import fetch_text, metrics_delta, normalize
+
+    ours = sum(1 for t in ctx.request_history if t.generation and t.started_at > reference.scraped_at)
+    text = fetch_text(ctx, url)
+    if text is None:
+        return None, f"GET {url} failed after the parallel requests"
+    after = normalize(text, url)
+    if after.queue_time is None or reference.queue_time is None:
+        return None, "no queue-time histogram in the scrape after the parallel requests"
+    delta = metrics_delta(reference, after, ours)
+    count = after.queue_time.count - reference.queue_time.count
+    if delta.counter_reset or count != ours:
+        return None, (f"the queue-time histogram counted {count:.0f} requests where llmdoctor sent {ours}: "
+                      "other traffic, so it says nothing of ours")
+    total_s = after.queue_time.sum - reference.queue_time.sum
+    return round(total_s * 1000.0 / max(parallel, 1), 3), ""
+
+
 def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:
-    """`SINGLE_REQUESTS` requests alone, then `requested` at once (fewer if the budget is short)."""
+    """One request alone, `requested` at once, then the rest of `SINGLE_REQUESTS` alone (fewer if the budget is short).
+
+    Where the backend exports a queue-time histogram, the last request alone is replaced by one scrape
+    after the parallel requests: the server's own queue time of them, which decides over the client's.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
+    from llmdoctor.probes.lag import worst_lag_ms
 
     base = ctx.optional(BASELINE)
     model = base.model if base is not None else ctx.get(DISCOVERY).model
     if model is None:
         raise ProbeUnavailable("no model to probe: pass --model")
+    reference = _queue_reference(ctx)  # first: it may measure the metrics probe, which sends
     left = ctx.client.budget_left
     n = min(requested, left - SINGLE_REQUESTS)
     if n < 2:
@@ -174,23 +242,26 @@ def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:
     result = ConcurrencyResult(n=n, requested=requested)
     if n < requested:
         result.note = f"capped at {n} by the request budget"
+    timings: list[RequestTiming] = []
 
-    def send() -> float | None:
+    def send() -> RequestTiming:
         timing = ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, stream=True, extra={"model": model})
-        return timing.total_ms if timing.ok else None
+        timings.append(timing)
+        return timing
 
-    for _ in range(SINGLE_REQUESTS):
-        ms = send()
-        if ms is None:
-            result.errors += 1
+    def alone() -> None:
+        t = send()
+        if t.ok and t.total_ms is not None:
+            result.single_ms.append(t.total_ms)
+            result.single_service_ms.append(max(0.0, t.total_ms - t.setup_ms))
         else:
-            result.single_ms.append(ms)
+            result.errors += 1
 
     lock = threading.Lock()
     in_flight = 0
     gate = threading.Barrier(n)
 
-    def one() -> float | None:
+    def one() -> RequestTiming:
         nonlocal in_flight
         gate.wait(timeout=30)
         with lock:
@@ -202,10 +273,23 @@ def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:
             with lock:
                 in_flight -= 1
 
+    alone()  # interleaved: one alone before the parallel requests, the rest after
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="llmdoctor-concurrency") as pool:
         outcomes = list(pool.map(lambda _: one(), range(n)))
     result.parallel_wall_ms = (time.perf_counter() - started) * 1000
-    result.parallel_ms = [ms for ms in outcomes if ms is not None]
-    result.errors += sum(1 for ms in outcomes if ms is None)
+    if reference is not None:
+        result.server_queue_ms, note = _server_queue(ctx, *reference, n)
+        result.server_queue_requests = float(n) if result.server_queue_ms is not None else None
+        result.note = "; ".join(x for x in (result.note, note) if x)
+    for _ in range(SINGLE_REQUESTS - 1 - (1 if reference is not None else 0)):
+        alone()
+    for t in outcomes:
+        if t.ok and t.total_ms is not None:
+            result.parallel_ms.append(t.total_ms)
+            result.parallel_service_ms.append(max(0.0, t.total_ms - t.setup_ms))
+            result.parallel_setup_ms.append(t.setup_ms)
+        else:
+            result.errors += 1
+    result.lag_ms = worst_lag_ms(timings)
     return result

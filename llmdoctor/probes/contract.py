@@ -6,9 +6,9 @@ cheap), the probes it reads (`needs` it cannot do without, `optional` ones it re
 they are there, `optional_if` ones it reads only under some options, `orders` it may run
 on demand), the HTTP requests it may send (its
 `plan`, an upper bound), what switches it off under the options (`off`), whether it
-reads only this machine (`local`) and whether it is computed from other results
-(`derived`). ``Probe[T]`` carries the result type for mypy: ``ctx.get(SWEEP)`` is a
-``SweepResult``.
+reads only this machine (`local`), whether it is computed from other results
+(`derived`) and whether it sums up the run itself (`closing`: its requests, its host's
+load). ``Probe[T]`` carries the result type for mypy: ``ctx.get(SWEEP)`` is a ``SweepResult``.
 
 From these declarations come the run's schedule (`schedule`: the probes a set of
 readers needs, in one canonical order), the ``--dry-run`` plan and the follow-up
@@ -109,6 +109,9 @@ class Probe(Generic[T_co]):
     local: bool = False
     #: Computed from other probes' results only: replay recomputes it; it runs after the others.
     derived: bool = False
+    #: A summary of the run itself (every request's outcome, the client host's load), measured after
+    #: every other probe, derived ones included, in every run that sends requests; replay reads it.
+    closing: bool = False
 
     def __repr__(self) -> str:
         return f"Probe({self.name!r})"
@@ -201,6 +204,7 @@ def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe],
     will not run. A probe's conditional reads (`Probe.optional_if`) are scheduled when
     `options` make them. Derived probes come last, so they see every other result of the
     run; a probe missing from `order` (a plugin's own) comes after the others, as first wanted.
+    When any scheduled probe sends requests, the closing probes of `order` come last of all.
     """
     wanted: dict[AnyProbe, None] = {}
 
@@ -218,5 +222,9 @@ def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe],
         if not any(gate(p) is not None for p in reads.requires):
             for probe in reads.optional:
                 add(probe)
+    if any(p.sends and gate(p) is None for p in wanted):
+        for probe in order:
+            if probe.closing:
+                add(probe)
     rank = {p: i for i, p in enumerate(order)}
-    return sorted(wanted, key=lambda p: (p.derived, rank.get(p, len(rank))))
+    return sorted(wanted, key=lambda p: (p.closing, p.derived, rank.get(p, len(rank))))

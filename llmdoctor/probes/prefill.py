@@ -41,6 +41,8 @@ class PrefillResult:
     long_ttft_ms: float
     per_token_ms: float
     tokens_source: str  # "usage" (server-reported prompt_tokens) or "estimate (words)"
+    #: The worst scheduling lag of llmdoctor while the two requests ran (ms; None: not measured).
+    lag_ms: float | None = None
 
     @property
     def reliable(self) -> bool:
@@ -86,4 +88,6 @@ def prefill(ctx: Context) -> PrefillResult:
         source = "estimate (1.3 tokens a word)"
     assert short.ttft_ms is not None and long.ttft_ms is not None
     per_token = max(0.0, (long.ttft_ms - short.ttft_ms) / (long_tokens - short_tokens))
-    return PrefillResult(short_tokens, long_tokens, short.ttft_ms, long.ttft_ms, per_token, source)
+    lags = [t.client_lag_ms for t in timings if t.client_lag_ms is not None]
+    return PrefillResult(short_tokens, long_tokens, short.ttft_ms, long.ttft_ms, per_token, source,
+                         lag_ms=max(lags) if lags else None)

@@ -10,7 +10,7 @@ __all__ = ["SERVER_TOKENS_SAMPLE", "SINGLE_REQUESTS", "CONCURRENCY_N", "DEFAULT_
 
 #: Requests tokenized by the server at most (the rest are extrapolated).
 SERVER_TOKENS_SAMPLE = 3
-#: Requests sent one at a time before a concurrency step.
+#: Requests sent one at a time in a concurrency step (one before the parallel ones, the rest after).
 SINGLE_REQUESTS = 2
 #: Requests in flight at once in the diagnosis's concurrency step.
 CONCURRENCY_N = 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["RequestTiming", "ErrorKind"]
+__all__ = ["RequestTiming", "ErrorKind", "Outcome"]
 
 
 class ErrorKind:
@@ -27,6 +27,16 @@ class ErrorKind:
     STREAM_CUT = "stream_cut"
     TOO_LARGE = "too_large"
     OTHER = "other"
+
+
+class Outcome:
+    """How a request ended, beyond its error kind (strings, for JSON): see `RequestTiming.outcome`."""
+
+    OK = "ok"
+    #: A 2xx generation answer without a single generated token.
+    EMPTY = "empty"
+    #: A stream cut after some tokens (the answer is incomplete).
+    TRUNCATED = "truncated"
 
 
 @dataclass
@@ -60,11 +70,38 @@ class RequestTiming:
     server_timing: dict[str, float] = field(default_factory=dict)
     response_headers: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    #: The probe that sent it (stamped by the run's context): "baseline", "sweep", ...
+    probe: str = ""
+    #: A second attempt: after a ``Retry-After`` wait, or on a new connection after a pooled one was closed.
+    retried: bool = False
+    #: The address (``ip:port``) the answer came from.
+    peer: str = ""
+    #: The worst scheduling lag llmdoctor's own process suffered while the request ran (ms; the lag
+    #: sampler, `llmdoctor.probes.lag`): any timestamp of this request may be up to this late.
+    client_lag_ms: float | None = None
 
     @property
     def ok(self) -> bool:
         """True when the request completed with a 2xx status and no error."""
         return self.error is None and self.status is not None and 200 <= self.status < 300
+
+    @property
+    def generation(self) -> bool:
+        """Whether this was a generation request (chat or text completion)."""
+        return self.method == "POST" and self.path.rstrip("/").endswith("/completions")
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, ``empty`` (no token), ``truncated`` (a stream cut after tokens), ``http_<status>``, or the error."""
+        if self.ok:
+            if self.generation and self.output_tokens == 0 and not self.text:
+                return Outcome.EMPTY
+            return Outcome.OK
+        if self.error == ErrorKind.STREAM_CUT and self.content_events + self.reasoning_events > 0:
+            return Outcome.TRUNCATED
+        if self.status is not None and not 200 <= self.status < 300:
+            return f"http_{self.status}"
+        return self.error or "unknown_error"
 
     @property
     def output_tokens(self) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from llmdoctor.findings import Finding
-from llmdoctor.report import Breakdown
+from llmdoctor.report import Breakdown, Report
 
-__all__ = ["format_ms", "fit_summary", "format_evidence", "requests_line", "names_line", "supporting_line"]
+__all__ = ["accounting_line", "client_host_line", "run_lines", "format_ms", "fit_summary", "format_evidence",
+           "requests_line", "names_line", "supporting_line"]
 
 
 def requests_line(sent: int, budget: int) -> str:
@@ -35,23 +36,72 @@ def format_evidence(label: str, value: object, unit: str) -> str:
     return f"{label} {shown}{(' ' + unit) if unit and value is not None else ''}"
 
 
+def _interval(interval: tuple[float, float] | None, unit: str = " ms") -> str:
+    return f" ({interval[0]:,.1f} to {interval[1]:,.1f}{unit})" if interval is not None else ""
+
+
 def fit_summary(b: Breakdown) -> str | None:
     """One line on the flat-latency fit, or None without one.
 
-    A negative intercept (per-token cost growing with length, as on llama.cpp) is shown as a
-    fixed cost of about 0 ms with the intercept in brackets, never as a negative cost.
+    Each coefficient comes with its interval (Theil–Sen fits); one the fit does not determine (its
+    interval wider than itself, or not positive) is said to be "not determined", never shown as a
+    negative cost. Older recordings' least-squares intercepts below zero read "≈ 0 ms".
     """
-    if b.fixed_ms is None or b.per_token_ms is None or not b.typical_output_tokens:
+    if not b.typical_output_tokens or (b.fixed_ms is None and b.per_token_ms is None and not b.fit_note):
         return None
     n = b.typical_output_tokens
+    if b.fixed_ms is None:
+        fixed_text = "fixed cost not determined" + _interval(b.fixed_interval_ms, " ms interval")
+    elif b.fixed_ms < 0:
+        fixed_text = f"fixed ≈ 0 ms (fitted intercept {format_ms(b.fixed_ms)})"
+    else:
+        fixed_text = f"fixed {format_ms(b.fixed_ms)}{_interval(b.fixed_interval_ms)}"
+    if b.per_token_ms is None:
+        return f"Flat-latency fit: {fixed_text}; cost per token not determined" + _interval(
+            b.per_token_interval_ms, " ms/token interval")
+    token_text = f"{b.per_token_ms:.2f} ms/token{_interval(b.per_token_interval_ms, '')}"
+    if b.fixed_ms is None:
+        return f"Flat-latency fit: {fixed_text} + {token_text}"
     fixed = max(0.0, b.fixed_ms)
-    predicted = b.fixed_ms + b.per_token_ms * n
+    predicted = fixed + b.per_token_ms * n
     share = fixed / predicted if predicted > 0 else 0.0
-    shown = format_ms(fixed) if b.fixed_ms >= 0 else f"≈ 0 ms (fitted intercept {format_ms(b.fixed_ms)})"
-    return (
-        f"Flat-latency fit: fixed {shown} + {b.per_token_ms:.2f} ms/token → "
-        f"a {n}-token answer ≈ {format_ms(predicted)} ({share:.0%} fixed)"
-    )
+    return (f"Flat-latency fit: {fixed_text} + {token_text} → a {n}-token answer ≈ {format_ms(predicted)} "
+            f"({share:.0%} fixed)")
+
+
+def accounting_line(report: Report) -> str | None:
+    """``Requests: 24 of 26 answered (92%); generation 12 of 14 (2 × HTTP 429); 1 retried`` (None without one)."""
+    a = report.accounting
+    if a is None or not a.overall.sent:
+        return None
+    text = f"Requests: {a.overall.ok} of {a.overall.sent} succeeded ({a.overall.success_ratio or 0:.0%})"
+    g = a.generation
+    if g.sent:
+        text += f"; generation {g.ok} of {g.sent}" + (f" ({g.failures_text()})" if g.failed else "")
+    if a.overall.retried:
+        text += f"; {a.overall.retried} retried"
+    failing = [t for t in a.by_probe if t.failed]
+    if failing:
+        text += " · by probe: " + ", ".join(f"{t.probe} {t.ok}/{t.sent}" for t in failing)
+    return text
+
+
+def client_host_line(report: Report) -> str | None:
+    """The client host's load in one line, or None when not measured."""
+    return report.client_host.line() if report.client_host is not None else None
+
+
+def run_lines(report: Report) -> list[tuple[str, bool]]:
+    """The lines near the top of every report on the run itself, each with whether it is a warning:
+    a saturated client host, and how the requests ended (failed generation requests)."""
+    out = []
+    host = report.client_host
+    if host is not None:
+        out.append((host.line(), host.saturated))
+    requests = accounting_line(report)
+    if requests is not None:
+        out.append((requests, bool(report.accounting and report.accounting.troubled_generations)))
+    return out
 
 
 def names_line(f: Finding) -> str:

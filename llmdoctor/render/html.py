@@ -14,7 +14,7 @@ from typing import Any
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import format_evidence, names_line, requests_line, supporting_line
+from llmdoctor.render.common import format_evidence, names_line, requests_line, run_lines, supporting_line
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -140,6 +140,12 @@ def _diagnosis(d: Diagnosis) -> str:
     return "".join(out)
 
 
+def _run(report: Report) -> str:
+    """The run itself: the client host's load, how the requests ended."""
+    return "".join(f"<p><b>{_e(text)}</b></p>" if warn else f"<p class=dim>{_e(text)}</p>"
+                   for text, warn in run_lines(report))
+
+
 def render_html(report: Report) -> str:
     """The report as a self-contained HTML page (Plotly inlined)."""
     go = require_plotly()
@@ -194,7 +200,7 @@ def render_html(report: Report) -> str:
         f"<p class=dim>llmdoctor {_e(__version__)} · {_e(report.started_at)} · {mode} · "
         f"{report.duration_ms / 1000:.1f} s · exit {report.exit_code} (fail on {_e(report.fail_on)})</p>"
         + ("<p><b>Interrupted:</b> partial report.</p>" if report.interrupted else "")
-        + "".join(parts) + findings
+        + _run(report) + "".join(parts) + findings
         + (f"<h2>Skipped or crashed checks</h2><ul class=dim>{skipped}</ul>" if skipped else "")
         + "</body></html>\n"
     )

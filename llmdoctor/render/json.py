@@ -13,6 +13,7 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.findings import Evidence, Finding
+from llmdoctor.probes.outcomes import ProbeTally
 from llmdoctor.render.diagnosis import diagnosis_to_dict
 from llmdoctor.report import Report
 
@@ -73,6 +74,39 @@ def _causes(report: Report) -> list[dict[str, Any]]:
     ]
 
 
+def _tally(t: ProbeTally) -> dict[str, Any]:
+    ratio = t.success_ratio
+    return {"probe": t.probe, "sent": t.sent, "ok": t.ok, "failed": t.failed, "retried": t.retried,
+            "empty": t.empty, "truncated": t.truncated,
+            "success_ratio": None if ratio is None else round(ratio, 4), "failures": dict(t.failures)}
+
+
+def _requests(report: Report) -> dict[str, Any]:
+    """The ``requests`` object: counts, and (1.5) how they ended, overall, for generation and by probe."""
+    out: dict[str, Any] = {"sent": report.requests_sent, "budget": report.request_budget,
+                           "raw_connections": report.raw_connections}
+    a = report.accounting
+    if a is not None:
+        out.update({"ok": a.overall.ok, "failed": a.overall.failed, "retried": a.overall.retried,
+                    "success_ratio": _tally(a.overall)["success_ratio"], "generation": _tally(a.generation),
+                    "troubled_generations": a.troubled_generations, "by_probe": [_tally(t) for t in a.by_probe]})
+    return out
+
+
+def _client_host(report: Report) -> dict[str, Any] | None:
+    h = report.client_host
+    if h is None:
+        return None
+    return {"saturated": h.saturated, "line": h.line(), "cpu_count": h.cpu_count, "seconds": h.seconds,
+            "lag_samples": h.lag_samples, "lag_p50_ms": h.lag_p50_ms, "lag_p90_ms": h.lag_p90_ms,
+            "lag_p99_ms": h.lag_p99_ms, "lag_max_ms": h.lag_max_ms, "late_share": h.late_share,
+            "cpu_busy": h.cpu_busy, "cpu_pressure": h.cpu_pressure}
+
+
+def _pair(values: tuple[float, float] | None, digits: int = 1) -> list[float] | None:
+    return None if values is None else [round(values[0], digits), round(values[1], digits)]
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as the JSON contract's plain dict."""
     b = report.breakdown
@@ -91,6 +125,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "per_token_ms": _round(b.per_token_ms, 3),
             "typical_output_tokens": b.typical_output_tokens,
             "sweep_points": [{"output_tokens": n, "total_ms": _round(ms)} for n, ms in b.sweep_points],
+            "fixed_interval_ms": _pair(b.fixed_interval_ms),
+            "per_token_interval_ms": _pair(b.per_token_interval_ms, 3),
+            "fit_note": b.fit_note,
         }
     return {
         "schema_version": report.schema_version,
@@ -104,11 +141,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "fail_on": report.fail_on,
         "replayed": report.replayed,
         "interrupted": report.interrupted,
-        "requests": {
-            "sent": report.requests_sent,
-            "budget": report.request_budget,
-            "raw_connections": report.raw_connections,
-        },
+        "requests": _requests(report),
+        "client_host": _client_host(report),
         "breakdown": breakdown,
         "diagnosis": diagnosis_to_dict(report.diagnosis),
         "findings": [_finding(f, i + 1) for i, f in enumerate(report.findings)],

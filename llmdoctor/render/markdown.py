@@ -12,7 +12,15 @@ from collections import defaultdict
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
+from llmdoctor.render.common import (
+    fit_summary,
+    format_evidence,
+    format_ms,
+    names_line,
+    requests_line,
+    run_lines,
+    supporting_line,
+)
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -102,6 +110,12 @@ def _diagnosis(d: Diagnosis) -> list[str]:
     return lines + [""]
 
 
+def _run(report: Report) -> list[str]:
+    """The run itself: the client host's load, how the requests ended."""
+    lines = [f"> **{_esc(text)}**" if warn else _esc(text) for text, warn in run_lines(report)]
+    return [line for pair in zip(lines, [""] * len(lines)) for line in pair]
+
+
 def render_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
     status = report.status
@@ -117,6 +131,7 @@ def render_markdown(report: Report) -> str:
     ]
     if report.interrupted:
         lines += ["> **Interrupted:** partial report of what was measured so far.", ""]
+    lines += _run(report)
     if report.breakdown is not None:
         lines += _breakdown(report.breakdown)
     if report.diagnosis is not None:

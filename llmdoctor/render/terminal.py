@@ -13,7 +13,15 @@ from rich.text import Text
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import fit_summary, format_evidence, format_ms, names_line, requests_line, supporting_line
+from llmdoctor.render.common import (
+    fit_summary,
+    format_evidence,
+    format_ms,
+    names_line,
+    requests_line,
+    run_lines,
+    supporting_line,
+)
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -102,6 +110,12 @@ def _diagnosis(console: Console, d: Diagnosis) -> None:
             _indented(console, text, indent=4 if kind == "link" else 2, style="" if kind == "link" else "dim")
 
 
+def _run(console: Console, report: Report) -> None:
+    """The run itself: the client host's load, how the requests ended (one line each)."""
+    for line, warn in run_lines(report):
+        console.print(line, style="bold yellow" if warn else "dim")
+
+
 def print_terminal(report: Report, console: Console) -> None:
     """Print the report on `console`."""
     where = report.endpoint + (f" (model {report.model})" if report.model else "")
@@ -116,6 +130,7 @@ def print_terminal(report: Report, console: Console) -> None:
     console.print(Text.assemble(("llmdoctor ", "bold"), __version__, " — ", (where, "bold"), elapsed))
     if report.interrupted:
         console.print("Interrupted: partial report of what was measured so far.", style="bold yellow")
+    _run(console, report)
     console.print()
     if report.breakdown is not None:
         _breakdown(console, report.breakdown)

@@ -92,6 +92,7 @@ class Engine:
         self._loaded = False  # has the cold start been paid?
         self._warm_at = 0.0  # monotonic time when an in-progress load finishes
         self._last_done = self.started
+        self._generations = 0
         # Live state, as exported by /metrics.
         self.running = 0
         self.waiting = 0
@@ -118,6 +119,14 @@ class Engine:
     def loaded(self) -> bool:
         """Has the model been loaded (the cold start paid) at least once?"""
         return self._loaded
+
+    def refuses(self) -> bool:
+        """Count one generation request; whether the profile's refusal cycle refuses it."""
+        p = self.profile
+        with self._lock:
+            self._generations += 1
+            n = self._generations
+        return p.refuse_every is not None and (n - 1) % p.refuse_every >= p.refuse_every - p.refuse_burst
 
     # -- the latency model -------------------------------------------------------------------
     def _cold_start_s(self, now: float) -> float:

@@ -44,10 +44,12 @@ class ApiError(Exception):
         type_: str = "invalid_request_error",
         code: str | int | None = None,
         param: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+        self.headers = dict(headers or {})
 
 
 Route = Callable[["Handler", Request], None]
@@ -171,8 +173,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._check_api_key()
             handler(self, req)
         except ApiError as err:
-            extra = {"Allow": ", ".join(sorted(methods))} if err.status == 405 and methods else None
-            self.send_json(err.status, err.body, extra)
+            extra = {"Allow": ", ".join(sorted(methods))} if err.status == 405 and methods else {}
+            self.send_json(err.status, err.body, {**extra, **err.headers} or None)
         except Stopped:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):  # the client went away mid-response

@@ -222,6 +222,10 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
     data = json_body(req)
     if engine.is_loading():
         raise ApiError(503, "Loading model", "unavailable_error", code=503)  # llama.cpp's answer
+    if engine.refuses():  # OpenAI's 429 body; Retry-After as its API sends it
+        retry = {"Retry-After": f"{p.retry_after_s:g}"} if p.retry_after_s is not None else None
+        raise ApiError(p.refuse_status, "Rate limit reached for requests (simulated).", "requests",
+                       code="rate_limit_exceeded" if p.refuse_status == 429 else None, headers=retry)
     if p.fail_status is not None:
         type_ = "server_error" if p.fail_status >= 500 else "invalid_request_error"
         raise ApiError(

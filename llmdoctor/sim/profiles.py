@@ -68,6 +68,14 @@ class LatencyProfile:
     flavor: str = "vllm"
     #: False: ``ignore_eos`` is accepted and ignored (llama-cpp-python); ``min_tokens`` always works.
     honours_ignore_eos: bool = True
+    #: Refuse generation requests in a cycle of this many (counted from the first): the last
+    #: `refuse_burst` of each cycle get `refuse_status` (``refuse_every=2``: every 2nd; ``5`` with a
+    #: burst of 2: two in a row after three accepted). None: never.
+    refuse_every: int | None = None
+    refuse_burst: int = 1
+    refuse_status: int = 429
+    #: The ``Retry-After`` (seconds) sent with a refusal; None: no header.
+    retry_after_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -94,6 +102,10 @@ class LatencyProfile:
             raise ValueError("reasoning_tokens must be >= 0")
         if self.flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}, got {self.flavor!r}")
+        if self.refuse_every is not None and not 1 <= self.refuse_burst < self.refuse_every:
+            raise ValueError(f"refuse_burst must be >= 1 and below refuse_every, got {self.refuse_burst!r}")
+        if not 400 <= self.refuse_status <= 599:
+            raise ValueError(f"refuse_status must be an HTTP error status, got {self.refuse_status!r}")
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
             raise ValueError(f"fail_status must be an HTTP error status (400-599), got {self.fail_status!r}")
 
