@@ -233,12 +233,14 @@ class Handler(BaseHTTPRequestHandler):
         """Send a JSON response."""
         self.send_body(status, json.dumps(obj).encode("utf-8"), "application/json", extra)
 
-    def start_stream(self) -> None:
+    def start_stream(self, extra: dict[str, str] | None = None) -> None:
         """Send the headers of an SSE response (chunked), before any waiting."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self._common_headers()
         self.end_headers()
         self.wfile.flush()
