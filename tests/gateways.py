@@ -13,9 +13,18 @@ config is kept as the gateway's documentation: `config_text`, written to `config
 
 nginx (1.22, package ``nginx-light``): ``location /`` proxies to an ``upstream`` block with
 ``proxy_http_version 1.1`` and ``Connection ""`` (nginx speaks HTTP/1.0 to upstreams
-otherwise, and closes each upstream connection); ``directives`` go inside the location
-(``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …) and ``server_directives`` in each
-upstream server line (``weight=2``). haproxy (2.6): ``mode http``, round-robin over the
+otherwise, and closes each upstream connection); ``Nginx(..., http11=False)`` keeps nginx's own
+defaults (HTTP/1.0 to the upstream, no keep-alive): what a bare ``proxy_pass`` gives.
+``directives`` go inside the location (``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …),
+``server_directives`` in each upstream server line (``weight=2``), ``modules`` are loaded with
+``load_module`` (``Nginx.ECHO``: Debian's ``libnginx-mod-http-echo``), and ``locations`` adds
+whole location blocks (an ``internal`` auth endpoint for ``auth_request`` …).
+
+Measured with nginx 1.22 and its default ``proxy_buffering on``: a *chunked* upstream stream
+is passed on chunk by chunk, but a stream delimited by closing the connection — what an HTTP/1.0
+request gets from uvicorn or the simulator — is held until it ends (or a buffer fills), unless
+the upstream sends ``X-Accel-Buffering: no`` (as llama-cpp-python's sse-starlette does) and nginx
+does not ``proxy_ignore_headers X-Accel-Buffering``. haproxy (2.6): ``mode http``, round-robin over the
 upstreams, ``http-reuse`` default; ``directives`` go into the backend section.
 
 `available()` says whether the binary is installed (tests skip with that reason, or fail in CI
@@ -48,15 +57,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _missing(reason: str) -> None:
+    """Skip with `reason`, or fail when ``LLMDOCTOR_REQUIRE_GATEWAYS=1`` (CI) requires the gateways."""
+    if os.environ.get("LLMDOCTOR_REQUIRE_GATEWAYS") == "1":
+        pytest.fail(reason + "; LLMDOCTOR_REQUIRE_GATEWAYS=1 requires it")
+    pytest.skip(reason)
+
+
 def require(binary: str) -> str:
     """The path of `binary`, or skip (fail under ``LLMDOCTOR_REQUIRE_GATEWAYS=1``) with the reason."""
     path = shutil.which(binary) or next((p for p in (f"/usr/sbin/{binary}", f"/sbin/{binary}")
                                          if os.access(p, os.X_OK)), None)
     if path is None:
-        reason = f"{binary} is not installed (Debian: apt-get install {'nginx-light' if binary == 'nginx' else binary})"
-        if os.environ.get("LLMDOCTOR_REQUIRE_GATEWAYS") == "1":
-            pytest.fail(reason + "; LLMDOCTOR_REQUIRE_GATEWAYS=1 requires it")
-        pytest.skip(reason)
+        package = "nginx-light" if binary == "nginx" else binary
+        _missing(f"{binary} is not installed (Debian: apt-get install {package})")
+    assert path is not None
     return path
 
 
@@ -66,12 +81,16 @@ class Gateway:
     binary = ""
 
     def __init__(self, upstreams: Sequence[tuple[str, int]], *, directives: Sequence[str] = (),
-                 server_directives: str = "") -> None:
+                 server_directives: str = "", http11: bool = True, modules: Sequence[str] = (),
+                 locations: Sequence[str] = ()) -> None:
         if not upstreams:
             raise ValueError("a gateway needs at least one upstream")
         self.upstreams = list(upstreams)
         self.directives = list(directives)
         self.server_directives = server_directives
+        self.http11 = http11
+        self.modules = list(modules)
+        self.locations = list(locations)
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"llmdoctor-{self.binary}-"))
         self.config_path = self.dir / f"{self.binary}.conf"
@@ -104,6 +123,9 @@ class Gateway:
 
     def start(self) -> Gateway:
         binary = require(self.binary)
+        for module in self.modules:
+            if not os.path.exists(module):
+                _missing(f"nginx module {module} is not installed (Debian: apt-get install libnginx-mod-http-echo)")
         self.config_text = self.config()
         self.config_path.write_text(self.config_text)
         log = open(self.dir / "stderr.log", "wb")  # noqa: SIM115 - owned by the process
@@ -148,12 +170,18 @@ class Nginx(Gateway):
     """nginx as a reverse proxy (its defaults unless `directives` change them)."""
 
     binary = "nginx"
+    #: Debian's echo module (package libnginx-mod-http-echo): ``echo_sleep`` gives a real nginx delay.
+    ECHO = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
     def config(self) -> str:
         servers = "\n".join(f"        server {h}:{p} {self.server_directives};" for h, p in self.upstreams)
-        extra = "\n".join(f"            {d}" for d in self.directives)
+        http11 = ['proxy_http_version 1.1;', 'proxy_set_header Connection "";'] if self.http11 else []
+        extra = "\n".join(f"            {d}" for d in (*http11, *self.directives))
+        keepalive = "        keepalive 16;\n" if self.http11 else ""
+        modules = "".join(f"load_module {m};\n" for m in self.modules)
+        locations = "\n".join(f"        {loc}" for loc in self.locations)
         d = self.dir
-        return f"""daemon off;
+        return f"""{modules}daemon off;
 master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
@@ -168,14 +196,12 @@ http {{
     scgi_temp_path {d}/scgi;
     upstream model {{
 {servers}
-        keepalive 16;
-    }}
+{keepalive}    }}
     server {{
         listen 127.0.0.1:{self.port};
+{locations}
         location / {{
             proxy_pass http://model;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
 {extra}
         }}
     }}
