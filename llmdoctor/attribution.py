@@ -211,14 +211,21 @@ def join(t: RequestTiming, cs: ClockSet, shape: StreamShape | None = None) -> Jo
                       *parts, Phase("receive answer", m.total - m.headers, "the body after its headers")]
             return _result(phases, m, in_front, False, 0.0, cs, "headers", notes)
         gap = m.first - m.headers
-        held = _held(shape, gap)
+        # A hop that holds the stream may hold its headers too (nginx with an HTTP/1.0 upstream): what
+        # the gap after the headers cannot hold comes out of the wait for them.
+        held = _held(shape, gap + in_front)
+        in_front -= max(0.0, held - gap)
+        if held > gap:
+            notes.append("the headers were held with the stream: the server's time to its first token counts in "
+                         "front of it here")
         notes.append(f"{source} ends at the server's headers, sent before the model ran: queue, prefill and "
                      "the first token stay merged in the client's wait for the first token")
         phases = [*head, Phase(IN_FRONT, in_front, "client wait for the headers − the server's own time to "
-                                                   "them: gateways, balancers, auth, distance",
+                                                   "them − held delivery: gateways, balancers, auth, distance",
                                Clock.INFERRED, source),
                   Phase("server, until its headers", server, "", Clock.SERVER_HEADER, source),
-                  Phase("wait for first token", gap - held, "queue + prefill + first decode step (client clock)"),
+                  Phase("wait for first token", max(0.0, gap - held),
+                        "queue + prefill + first decode step (client clock)"),
                   *_tail(t, m, held, shape)]
         return _result(phases, m, in_front, True, held, cs, "headers", notes)
     if (whole := cs.ms(ClockKind.TOTAL)) is not None:
@@ -249,10 +256,11 @@ def join(t: RequestTiming, cs: ClockSet, shape: StreamShape | None = None) -> Jo
     notes.append("no server clock for this request: the server's time and the time in front of it stay merged "
                  "in the client's phases")
     phases = client_waterfall(t)
-    held = _held(shape, m.first - m.headers)
-    if held > 0:
-        first = phases[3]
-        phases[3] = Phase(first.name, first.ms - held, first.note)
+    held = _held(shape, m.first - m.sent)
+    if held > 0:  # out of the wait for the first token, then (headers held too) of the wait for the headers
+        from_first = min(held, phases[3].ms)
+        for i, take in ((3, from_first), (2, held - from_first)):
+            phases[i] = Phase(phases[i].name, max(0.0, phases[i].ms - take), phases[i].note)
         phases[4:4] = [Phase(HELD, held, "the first token was held between the server and the client",
                              Clock.INFERRED, shape.expected_source if shape else "")]
     return _result(phases, m, None, streamed, held, cs, "", notes)
