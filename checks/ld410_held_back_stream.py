@@ -78,8 +78,11 @@ class HeldBackStream(Check):
     Envoy FAQ "Why is Envoy sending 413s?" (filters stream by default, the buffer filter does not);
     Cloudflare "Response Buffering" (dynamic responses stream, cached ones and Enterprise's Response
     Buffering do not); AWS API Gateway "response transfer mode" (REST APIs buffer unless
-    ``STREAM``). HAProxy 2.6 streamed in llmdoctor's own test. Google Cloud load balancers and AWS
-    ALB are not covered: their documentation was not checked.
+    ``STREAM``); HAProxy 2.6 configuration manual (``option http-no-delay``): measured in
+    llmdoctor's own tests, haproxy's defaults (it sends with MSG_MORE, so the kernel merges small
+    writes) deliver a short answer in one read and a long one in bursts; with the option, one event
+    per read. Google Cloud load balancers and AWS ALB are not covered: their documentation was not
+    checked.
     """
 
     id = "LD410"
@@ -139,6 +142,8 @@ class HeldBackStream(Check):
                 (
                     "nginx: `proxy_buffering off;` in the location that proxies the model server, or have the "
                     "server send `X-Accel-Buffering: no` (honoured unless `proxy_ignore_headers X-Accel-Buffering`).",
+                    "HAProxy: `option http-no-delay` in the frontend or backend that carries the stream (by "
+                    "default haproxy lets the kernel merge small writes, which holds SSE frames).",
                     "Traefik: responses recognised as streaming (text/event-stream) are flushed at once; for other "
                     "content types set `responseForwarding.flushInterval` (default 100 ms) to a negative value.",
                     "Caddy: `reverse_proxy` flushes text/event-stream at once; for other types set "
