@@ -21,6 +21,7 @@ under ``LLMDOCTOR_REQUIRE_GATEWAYS=1`` (CI); the llama.cpp ones follow ``LLMDOCT
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,7 @@ from llmdoctor.runner import CheckOutcome, Status
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Options, Target
-from tests.cliutil import validate_report
+from tests.cliutil import run_cli, validate_report
 from tests.gateways import Haproxy, Nginx
 from tests.llamacpp_server import LlamaCppServer
 
@@ -146,6 +147,26 @@ def test_the_same_delay_inside_the_model_is_not_in_front() -> None:
     assert outcome.status == Status.PASSED, (outcome.reason, outcome.findings)
     in_front, server = _split(report)
     assert in_front is not None and server is not None and server > 250.0 and in_front < 50.0
+
+
+def test_the_first_screen_says_how_much_is_in_front_and_in_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``llmdoctor check`` behind the 300 ms gateway: the split is on the first screen (24 lines), and
+    the JSON carries it with each phase's clock."""
+    with _sim("openai") as sim, _nginx(("127.0.0.1", sim.port), "auth-delay") as gw:
+        text = run_cli(capsys, "check", "-e", gw.base_url, "--no-followup", "--select", "LD411,LD702")
+        data = run_cli(capsys, "check", "-e", gw.base_url, "--no-followup", "--select", "LD411", "--json").report
+    first_screen = "\n".join(text.out.splitlines()[:24])
+    line = re.search(r"By the server's own clock \(openai-processing-ms\): ([\d,]+) ms in front of the model "
+                     r"server.*?, ([\d,.]+) ms in the server", first_screen, re.S)
+    assert line is not None, first_screen
+    delay = AUTH_DELAY_S * 1000
+    assert abs(float(line.group(1).replace(",", "")) - delay) <= TOLERANCE * delay
+    split = data["breakdown"]["split"]
+    assert abs(split["in_front_ms"] - delay) <= TOLERANCE * delay and split["sources"] == ["openai-processing-ms"]
+    clocks = {p["name"]: p["clock"] for p in data["breakdown"]["phases"]}
+    assert clocks["in front of the model server"] == "inferred"
+    assert clocks["server, until its headers"] == "server_header"
+    assert data["schema_version"] == "1.6"
 
 
 # -- the real llama.cpp server --------------------------------------------------------------------
