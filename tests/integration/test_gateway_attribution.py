@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from llmdoctor.checks.ld411_in_front_of_server import IN_FRONT_SHARE, MIN_IN_FRONT_MS
 
+from llmdoctor.attribution import join
+from llmdoctor.clocks import judge
 from llmdoctor.doctor import diagnose
+from llmdoctor.probes.client import ProbeClient
 from llmdoctor.render.json import report_to_dict
 from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, Status
@@ -210,3 +214,33 @@ def test_llamacpp_directly_has_nothing_in_front(llama_server: LlamaCppServer) ->
     assert outcome.status == Status.PASSED, (outcome.reason, outcome.findings)
     in_front, _ = _split(report)
     assert in_front is not None and in_front < MIN_IN_FRONT_MS
+
+
+PERF_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms")
+#: The joined server time vs llama.cpp's own logged total: 15%, and at least 10 ms (the header is whole
+#: milliseconds; tokenization and the chat template run before llama.cpp's clock starts).
+LOG_TOLERANCE = 0.15
+LOG_FLOOR_MS = 10.0
+
+
+def test_the_joined_server_time_agrees_with_llamacpps_own_log(llama_server: LlamaCppServer) -> None:
+    """The server's share of each streamed request, by the join, against llama.cpp's ``total time`` line.
+
+    (llama-cpp-python's ``prompt eval time`` line does not time its prompt — it logs ~0 ms for a
+    19-token prompt and counts the prompt in ``eval time`` — so the whole is compared, not its parts.)
+    """
+    offset = len(llama_server.log_text())
+    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"), timeout_s=60, max_requests=10) as client:
+        timings = [client.chat("Say ok.", max_tokens=32, extra={"logit_bias": {"2": -100}}) for _ in range(4)]
+    assert all(t.ok for t in timings), timings
+    deadline = time.monotonic() + 10.0
+    while len(totals := [float(x) for x in PERF_TOTAL.findall(llama_server.log_text()[offset:])]) < len(timings):
+        assert time.monotonic() < deadline, "llama.cpp logged no total time for every request"
+        time.sleep(0.05)
+    pairs = []
+    for t, logged in zip(timings, totals):
+        j = join(t, judge(t))
+        assert j.anchor == "headers" and j.server_ms is not None, j.notes
+        pairs.append((round(j.server_ms, 1), logged))
+        assert abs(j.server_ms - logged) <= max(LOG_TOLERANCE * logged, LOG_FLOOR_MS), pairs
+    print(f"\njoined server time vs llama.cpp's logged total (ms): {pairs}")
