@@ -2,14 +2,19 @@
 
 It never sends a request: it reads the results of the probes that ran
 (`Context.results`), so a run restricted with ``--select`` shows no breakdown
-rather than extra traffic.
+rather than extra traffic. The waterfall is the client's, joined with the
+server's own clocks where the run has them (`llmdoctor.attribution`): the time
+in front of the model server, the server's queue and prefill, a stream held on
+the way. Each phase names its clock; the phases add up to the request's total.
 """
 
 from __future__ import annotations
 
+from llmdoctor.attribution import client_waterfall
 from llmdoctor.context import Results
+from llmdoctor.probes.attribution import AttributionResult, attribute
 from llmdoctor.probes.baseline import BaselineResult
-from llmdoctor.probes.catalog import BASELINE, DISCOVERY, SWEEP
+from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, DISCOVERY, NATIVE_TIMINGS, SERVER_METRICS, SWEEP
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.report import Breakdown, Phase
 from llmdoctor.target import Options
@@ -17,55 +22,46 @@ from llmdoctor.target import Options
 __all__ = ["build_breakdown", "waterfall"]
 
 
-def _gap(a: float | None, b: float | None) -> float:
-    if a is None or b is None:
-        return 0.0
-    return max(0.0, b - a)
-
-
 def waterfall(t: RequestTiming) -> list[Phase]:
-    """Split one request into consecutive phases that add up to its total."""
-    setup_end = t.setup_ms if not t.reused_connection else 0.0
-    sent = t.sent_ms if t.sent_ms is not None else setup_end
-    headers = t.ttfb_ms if t.ttfb_ms is not None else sent
-    first = t.ttft_ms if t.ttft_ms is not None else headers
-    last = t.token_times_ms[-1] if t.token_times_ms else first
-    total = t.total_ms if t.total_ms is not None else last
-    phases = [
-        Phase("connection set-up", setup_end, "DNS + TCP + TLS" if setup_end else "connection reused"),
-        Phase("send request", _gap(setup_end, sent)),
-        Phase("wait for headers", _gap(sent, headers), "server accepts, routes, schedules"),
-        Phase("wait for first token", _gap(headers, first), "queue + prefill + first decode step"),
-        Phase("decode", _gap(first, last), f"{t.output_tokens} tokens"),
-        Phase("end of stream", _gap(last, total), "final chunk, usage, [DONE]"),
-    ]
-    return phases
+    """Split one request into consecutive phases that add up to its total (the client's clock only)."""
+    return client_waterfall(t)
 
 
-def _median_sample(base: BaselineResult) -> RequestTiming | None:
-    ok = sorted((s for s in base.ok_samples if s.total_ms is not None), key=lambda s: s.total_ms or 0.0)
-    return ok[(len(ok) - 1) // 2] if ok else None
+def _attribution(results: Results, base: BaselineResult) -> AttributionResult:
+    """The run's attribution, or the same join computed from what the run measured."""
+    done = results.get(ATTRIBUTION)
+    if done is not None:
+        return done
+    sweep = results.get(SWEEP)
+    native = results.get(NATIVE_TIMINGS)
+    fit = sweep.separable_fit if sweep is not None else None
+    return attribute(None, base.samples, [p.timing for p in sweep.points] if sweep is not None else [],
+                     results.get(SERVER_METRICS), native.request if native is not None else None,
+                     fit.per_token_ms if fit is not None else None)
 
 
 def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     """The breakdown of the median baseline request, or None without a baseline."""
     base = results.get(BASELINE)
-    if base is None:
+    if base is None or not any(s.ok and s.total_ms is not None for s in base.samples):
         return None
-    typical = _median_sample(base)
-    if typical is None or typical.total_ms is None:
-        return None
+    joined = _attribution(results, base).typical
     discovery = results.get(DISCOVERY)
     first: RequestTiming | None = discovery.models_timing if discovery is not None else None
     breakdown = Breakdown(
         label=f'median "Say ok." request ({base.samples_note()}, max_tokens {base.max_tokens})',
-        total_ms=typical.total_ms,
-        phases=waterfall(typical),
+        total_ms=joined.total_ms,
+        phases=joined.phases,
         new_connection_ms=first.setup_ms if first is not None and not first.reused_connection else None,
         ttft_p50_ms=base.ttft_p50_ms,
         ttft_p90_ms=base.ttft_p90_ms,
         total_p50_ms=base.total_p50_ms,
         total_p90_ms=base.total_p90_ms,
+        in_front_ms=joined.in_front_ms,
+        server_ms=joined.server_ms,
+        held_ms=joined.held_ms if joined.held_ms > 0 else (0.0 if joined.anchor else None),
+        split_sources=joined.sources,
+        split_notes=joined.notes,
     )
     sweep = results.get(SWEEP)
     fit = sweep.separable_fit if sweep is not None else None

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 class ExitCode:
@@ -40,11 +40,19 @@ class ExitCode:
 
 @dataclass
 class Phase:
-    """One segment of the latency waterfall."""
+    """One segment of the latency waterfall, with the clock that measured it (schema 1.6).
+
+    `clock`: ``client`` (the probe client's own), ``server_header`` / ``server_body`` (the
+    server's report for the request), ``server_metrics`` (its histograms' means) or ``inferred``
+    (computed from others, e.g. the client's time minus the server's); `source` names the header,
+    field or metric.
+    """
 
     name: str
     ms: float
     note: str = ""
+    clock: str = "client"
+    source: str = ""
 
 
 @dataclass
@@ -69,6 +77,14 @@ class Breakdown:
     fixed_interval_ms: tuple[float, float] | None = None
     per_token_interval_ms: tuple[float, float] | None = None
     fit_note: str = ""
+    #: The split by the server's clocks (schema 1.6): time in front of the model server (gateways,
+    #: balancers, distance), the server's own time, the first token held on the way; None where no
+    #: server clock anchors the split (`split_notes` say why).
+    in_front_ms: float | None = None
+    server_ms: float | None = None
+    held_ms: float | None = None
+    split_sources: list[str] = field(default_factory=list)
+    split_notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +107,7 @@ class Accounting:
 
 @dataclass
 class Report:
+
     """The outcome of one `check` run."""
 
     endpoint: str

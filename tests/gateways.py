@@ -15,13 +15,21 @@ config is kept as the gateway's documentation: `config_text`, written to `config
 
 nginx (1.22, package ``nginx-light``): ``location /`` proxies to an ``upstream`` block with
 ``proxy_http_version 1.1`` and ``Connection ""`` (nginx speaks HTTP/1.0 to upstreams
-otherwise, and closes each upstream connection); ``directives`` go inside the location
-(``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …), ``server_directives`` in each
-upstream server line (``weight=2``), ``http_directives`` in the ``http`` block
-(``limit_req_zone …``), and ``locations`` adds location blocks of their own (proxied the same
-way, with their directives: ``limit_req zone=gen;`` on the generation path only). haproxy
-(2.6): ``mode http``, round-robin over the upstreams, ``http-reuse`` default; ``directives`` go
-into the backend section.
+otherwise, and closes each upstream connection); ``Nginx(..., http11=False)`` keeps nginx's own
+defaults (HTTP/1.0 to the upstream, no keep-alive): what a bare ``proxy_pass`` gives.
+``directives`` go inside each proxied location (``proxy_buffering off;``, ``proxy_buffer_size 64k;`` …),
+``server_directives`` in each upstream server line (``weight=2``), ``http_directives`` in the ``http``
+block (``limit_req_zone …``), ``locations`` adds proxied locations with directives of their own
+(``limit_req zone=gen;`` on the generation path only), ``blocks`` adds whole location blocks (an
+``internal`` auth endpoint for ``auth_request`` …), and ``modules`` are loaded with ``load_module``
+(``Nginx.ECHO``: Debian's ``libnginx-mod-http-echo``).
+
+Measured with nginx 1.22 and its default ``proxy_buffering on``: a *chunked* upstream stream
+is passed on chunk by chunk, but a stream delimited by closing the connection — what an HTTP/1.0
+request gets from uvicorn or the simulator — is held until it ends (or a buffer fills), unless
+the upstream sends ``X-Accel-Buffering: no`` (as llama-cpp-python's sse-starlette does) and nginx
+does not ``proxy_ignore_headers X-Accel-Buffering``. haproxy (2.6): ``mode http``, round-robin over the
+upstreams, ``http-reuse`` default; ``directives`` go into the backend section.
 
 `available()` says whether the binary is installed (tests skip with that reason, or fail in CI
 when ``LLMDOCTOR_REQUIRE_GATEWAYS=1``).
@@ -53,15 +61,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _missing(reason: str) -> None:
+    """Skip with `reason`, or fail when ``LLMDOCTOR_REQUIRE_GATEWAYS=1`` (CI) requires the gateways."""
+    if os.environ.get("LLMDOCTOR_REQUIRE_GATEWAYS") == "1":
+        pytest.fail(reason + "; LLMDOCTOR_REQUIRE_GATEWAYS=1 requires it")
+    pytest.skip(reason)
+
+
 def require(binary: str) -> str:
     """The path of `binary`, or skip (fail under ``LLMDOCTOR_REQUIRE_GATEWAYS=1``) with the reason."""
     path = shutil.which(binary) or next((p for p in (f"/usr/sbin/{binary}", f"/sbin/{binary}")
                                          if os.access(p, os.X_OK)), None)
     if path is None:
-        reason = f"{binary} is not installed (Debian: apt-get install {'nginx-light' if binary == 'nginx' else binary})"
-        if os.environ.get("LLMDOCTOR_REQUIRE_GATEWAYS") == "1":
-            pytest.fail(reason + "; LLMDOCTOR_REQUIRE_GATEWAYS=1 requires it")
-        pytest.skip(reason)
+        package = "nginx-light" if binary == "nginx" else binary
+        _missing(f"{binary} is not installed (Debian: apt-get install {package})")
+    assert path is not None
     return path
 
 
@@ -72,7 +86,8 @@ class Gateway:
 
     def __init__(self, upstreams: Sequence[tuple[str, int]], *, directives: Sequence[str] = (),
                  server_directives: str = "", http_directives: Sequence[str] = (),
-                 locations: Mapping[str, Sequence[str]] | None = None) -> None:
+                 locations: Mapping[str, Sequence[str]] | None = None, http11: bool = True,
+                 modules: Sequence[str] = (), blocks: Sequence[str] = ()) -> None:
         if not upstreams:
             raise ValueError("a gateway needs at least one upstream")
         self.upstreams = list(upstreams)
@@ -80,6 +95,9 @@ class Gateway:
         self.server_directives = server_directives
         self.http_directives = list(http_directives)
         self.locations = {path: list(d) for path, d in (locations or {}).items()}
+        self.http11 = http11
+        self.modules = list(modules)
+        self.blocks = list(blocks)
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"llmdoctor-{self.binary}-"))
         self.config_path = self.dir / f"{self.binary}.conf"
@@ -112,6 +130,9 @@ class Gateway:
 
     def start(self) -> Gateway:
         binary = require(self.binary)
+        for module in self.modules:
+            if not os.path.exists(module):
+                _missing(f"nginx module {module} is not installed (Debian: apt-get install libnginx-mod-http-echo)")
         self.config_text = self.config()
         self.config_path.write_text(self.config_text)
         log = open(self.dir / "stderr.log", "wb")  # noqa: SIM115 - owned by the process
@@ -156,21 +177,25 @@ class Nginx(Gateway):
     """nginx as a reverse proxy (its defaults unless `directives` change them)."""
 
     binary = "nginx"
+    #: Debian's echo module (package libnginx-mod-http-echo): ``echo_sleep`` gives a real nginx delay.
+    ECHO = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
     def _location(self, path: str, directives: Sequence[str]) -> str:
-        extra = "".join(f"\n            {d}" for d in (*self.directives, *directives))
+        http11 = ('proxy_http_version 1.1;', 'proxy_set_header Connection "";') if self.http11 else ()
+        extra = "".join(f"\n            {d}" for d in (*http11, *self.directives, *directives))
         return f"""        location {path} {{
-            proxy_pass http://model;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";{extra}
+            proxy_pass http://model;{extra}
         }}"""
 
     def config(self) -> str:
         servers = "\n".join(f"        server {h}:{p} {self.server_directives};" for h, p in self.upstreams)
         http_extra = "".join(f"\n    {d}" for d in self.http_directives)
-        locations = "\n".join(self._location(path, d) for path, d in [("/", []), *self.locations.items()])
+        keepalive = "        keepalive 16;\n" if self.http11 else ""
+        modules = "".join(f"load_module {m};\n" for m in self.modules)
+        blocks = "".join(f"        {block}\n" for block in self.blocks)
+        locations = blocks + "\n".join(self._location(path, d) for path, d in [("/", []), *self.locations.items()])
         d = self.dir
-        return f"""daemon off;
+        return f"""{modules}daemon off;
 master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
@@ -185,8 +210,7 @@ http {{
     scgi_temp_path {d}/scgi;{http_extra}
     upstream model {{
 {servers}
-        keepalive 16;
-    }}
+{keepalive}    }}
     server {{
         listen 127.0.0.1:{self.port};
 {locations}

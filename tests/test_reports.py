@@ -37,7 +37,7 @@ def test_markdown_has_the_terminal_ranking_and_the_waterfall_table(
     table_order = re.findall(r"^\| \d+ \| \w+ \| (LD\d+) \|", md, re.M)
     section_order = re.findall(r"^### \d+\. \w+ (LD\d+)", md, re.M)
     assert terminal_order == table_order == section_order == ["LD301", "LD702"]
-    assert "| Phase | Time | Share | Note |" in md and "| wait for first token |" in md
+    assert "| Phase | Time | Share | Clock | Note |" in md and "| wait for first token |" in md
     assert "skipped LD710" in md and md.startswith("# llmdoctor")
 
 

@@ -242,8 +242,10 @@ def test_probe_against_the_simulator_sees_our_requests() -> None:
         base = ctx.get(BASELINE)
     assert base is not None and result.backend == "vllm"
     d = result.delta
+    # Here the probe ran first, so the baseline's first request came after the first scrape too.
     assert d is not None and d.our_requests == len(base.samples) + len(base.warmup)
-    assert d.requests is not None and d.requests >= d.our_requests
+    assert d.requests == d.our_requests  # nobody else talks to this simulator
+    assert d.prefill_ms is not None and d.decode_ms is not None and d.e2e_ms is not None
     assert d.ttft_ms is not None and d.ttft_ms > 0
 
 

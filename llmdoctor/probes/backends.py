@@ -45,6 +45,8 @@ class Backend:
     prefill_time: tuple[str, ...] = ()
     decode_time: tuple[str, ...] = ()
     e2e: tuple[str, ...] = ()
+    # Histogram of prefill + decode per request, queue excluded (vLLM RUNNING phase, TGI inference).
+    inference_time: tuple[str, ...] = ()
     startup_s: tuple[str, ...] = ()
     # Histogram of the time between two output tokens of one request (the server's decode clock).
     inter_token: tuple[str, ...] = ()
@@ -78,6 +80,7 @@ BACKENDS: dict[str, Backend] = {
             prefill_time=("vllm:request_prefill_time_seconds",),
             decode_time=("vllm:request_decode_time_seconds",),
             e2e=("vllm:e2e_request_latency_seconds",),
+            inference_time=("vllm:request_inference_time_seconds",),
             # V1 name first (vllm/v1/metrics/loggers.py, 0.32); V0 and early V1 had time_per_output_token.
             inter_token=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
             request_preemptions=("vllm:request_num_preemptions",),
@@ -91,8 +94,10 @@ BACKENDS: dict[str, Backend] = {
             prefix="tgi_",
             running=("tgi_batch_current_size",),
             waiting=("tgi_queue_size",),
+            # router/src/server.rs (v3.3.7) records these for streamed and non-streamed requests alike.
             queue_time=("tgi_request_queue_duration",),
             e2e=("tgi_request_duration",),
+            inference_time=("tgi_request_inference_duration",),
             extra=("tgi_batch_current_max_tokens", "tgi_request_count", "tgi_request_success"),
         ),
         Backend(
@@ -123,6 +128,7 @@ BACKENDS: dict[str, Backend] = {
             ttft=("sglang:time_to_first_token_seconds",),
             queue_time=("sglang:queue_time_seconds",),
             e2e=("sglang:e2e_request_latency_seconds",),
+            inter_token=("sglang:inter_token_latency_seconds",),
             startup_s=("sglang:engine_startup_time",),
             extra=("sglang:cache_hit_rate", "sglang:engine_load_weights_time", "sglang:max_total_num_tokens"),
         ),

@@ -28,6 +28,7 @@ from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, SERVER_TOKENS_
 if TYPE_CHECKING:
     from llmdoctor.diagnosis.model import Diagnosis
     from llmdoctor.logscan import LogScan
+    from llmdoctor.probes.attribution import AttributionResult
     from llmdoctor.probes.baseline import BaselineResult, SweepResult
     from llmdoctor.probes.client_limits import ClientLimits, ConcurrencyResult
     from llmdoctor.probes.discovery import EndpointInfo
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.lag import ClientHostResult
     from llmdoctor.probes.metrics import ServerMetricsResult
     from llmdoctor.probes.outcomes import RequestLedger
+    from llmdoctor.probes.native_clocks import NativeTimings
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
@@ -48,10 +50,10 @@ if TYPE_CHECKING:
     from llmdoctor.target import Options
 
 __all__ = [
-    "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS", "DISCOVERY", "DNS",
-    "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
-    "LOGS", "LONE_REQUEST", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT",
-    "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
+    "ATTRIBUTION", "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS",
+    "DISCOVERY", "DNS", "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
+    "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE",
+    "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
 ]
 
 CHAT_BODY = '{"model", "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 8, "stream": true}'
@@ -131,6 +133,11 @@ def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 def _lone_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("GET", o.evidence.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the request"),
             request("POST", e.chat, CHAT_BODY, 1)]
+
+
+def _native_timings_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", f"{e.root}/api/chat", '{"model", "messages": [Say ok.], "stream": false}', 1,
+                    "only when the backend is Ollama (its durations are on its native API only)")]
 
 
 def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -270,6 +277,14 @@ REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
     "repeat_prompt", "llmdoctor.probes.followup:repeat_prompt", "llmdoctor.probes.followup:RepeatPromptResult",
     "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
     needs=(BASELINE,), plan=_repeat_prompt_plan)
+NATIVE_TIMINGS: Probe[NativeTimings] = Probe(
+    "native_timings", "llmdoctor.probes.native_clocks:native_timings", "llmdoctor.probes.native_clocks:NativeTimings",
+    "Ollama: one request through its native /api/chat, for the server's own durations",
+    needs=(BASELINE,), optional=(SERVER_METRICS,), plan=_native_timings_plan)
+ATTRIBUTION: Probe[AttributionResult] = Probe(
+    "attribution", "llmdoctor.probes.attribution:attribution", "llmdoctor.probes.attribution:AttributionResult",
+    "the baseline's requests joined with the server's own clocks; every stream's delivery against its token clock",
+    needs=(BASELINE,), optional=(SERVER_METRICS, SWEEP, NATIVE_TIMINGS), derived=True)
 DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
@@ -290,7 +305,8 @@ CLIENT_HOST: Probe[ClientHostResult] = Probe(
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
     SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PREFILL, SWEEP,
-    REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS, OUTCOMES, CLIENT_HOST,
+    NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
+    ATTRIBUTION, OUTCOMES, CLIENT_HOST,
 )
 
 #: Every probe by name (for recordings, which name probes).

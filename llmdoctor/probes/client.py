@@ -49,6 +49,7 @@ import httpx
 
 from llmdoctor import __version__
 from llmdoctor.probes.lag import LagSampler
+from llmdoctor.clocks import header_clocks, llamacpp_clocks
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor, redact_headers
@@ -76,6 +77,8 @@ DONE_GRACE_S = 1.0
 MAX_RETRY_AFTER_S = 10.0
 # A request is not started with less time than this left before the run's deadline.
 MIN_REQUEST_S = 0.05
+# Body reads of a stream whose arrival is kept (`RequestTiming.read_times_ms`); the rest are not.
+MAX_READS_KEPT = 4096
 _BACKOFF_STATUSES = (429, 503)
 # httpcore trace events that mark a request's first contact with the network.
 _NETWORK_START = ("connection.connect_tcp.started", "http11.send_request_headers.started")
@@ -806,6 +809,7 @@ class ProbeClient:
         timing.peer = _peer(response)
         timing.response_headers = self.redactor.obj(redact_headers(response.headers))
         timing.server_timing.update(_header_timings(response.headers))
+        timing.server_clocks.extend(header_clocks(response.headers))
         ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
 
         if 300 <= response.status_code < 400:
@@ -923,6 +927,9 @@ class ProbeClient:
         try:
             for data, now in self._chunks(response, deadline, self.max_body_bytes):
                 now_ms = _ms(now - t0)
+                if len(timing.read_times_ms) < MAX_READS_KEPT:
+                    timing.read_times_ms.append(now_ms)
+                    timing.read_bytes.append(len(data))
                 for event in parser.feed(data):
                     self._on_event(event, now_ms, timing, st)
                 if st.done and not grace_set:
@@ -1047,6 +1054,9 @@ class ProbeClient:
             for key, value in timings.items():
                 if (v := _num(value)) is not None and not isinstance(value, str):
                     timing.server_timing[f"llamacpp.{key}"] = v
+            # The last timings object sent wins (llama.cpp may send one per chunk).
+            timing.server_clocks = [c for c in timing.server_clocks if not c.source.startswith("timings.")]
+            timing.server_clocks.extend(llamacpp_clocks(timings))
 
     def _apply_final(self, obj: Any, timing: RequestTiming) -> None:
         """Non-streamed completion: ttft_ms = total_ms, since nothing earlier is observable."""

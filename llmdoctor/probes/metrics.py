@@ -120,6 +120,7 @@ class ServerMetrics:
     prefill_time: Histogram | None = None
     decode_time: Histogram | None = None
     e2e: Histogram | None = None
+    inference_time: Histogram | None = None
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
     process_start_time: float | None = None
@@ -156,6 +157,7 @@ class MetricsDelta:
     prefill_ms: float | None = None
     decode_ms: float | None = None
     e2e_ms: float | None = None
+    inference_ms: float | None = None
     inter_token_ms: float | None = None
     preemptions: float | None = None
     preempted_per_request: float | None = None
@@ -338,6 +340,7 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
     metrics.prefill_time = _histogram(samples, b.prefill_time)
     metrics.decode_time = _histogram(samples, b.decode_time)
     metrics.e2e = _histogram(samples, b.e2e)
+    metrics.inference_time = _histogram(samples, b.inference_time)
     metrics.inter_token = _histogram(samples, b.inter_token)
     metrics.request_preemptions = _histogram(samples, b.request_preemptions)
     metrics.waiting_by_reason = _by_label(samples, b.waiting_by_reason, "reason")
@@ -347,8 +350,8 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
     metrics.model_names = sorted(models)
     wanted = {n for group in (b.running, b.waiting, b.kv_usage, b.preemptions, b.retracted, b.prefix_hits,
                               b.prefix_queries, b.startup_s, b.waiting_by_reason, b.finished, b.extra) for n in group}
-    for hist in (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inter_token,
-                 *b.request_preemptions):
+    for hist in (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inference_time,
+                 *b.inter_token, *b.request_preemptions):
         wanted |= {hist + "_sum", hist + "_count"}
     for sample_name in sorted(wanted & samples.keys()):
         for labels, value in samples[sample_name]:
@@ -438,7 +441,8 @@ def _scrape(ctx: Context, url: str, native: str | None) -> tuple[ServerMetrics |
 def metrics_delta(before: ServerMetrics, after: ServerMetrics, our_requests: int) -> MetricsDelta:
     """What changed between two scrapes of one server (counter resets and restarts flagged)."""
     delta = MetricsDelta(seconds=max(0.0, after.scraped_at - before.scraped_at), our_requests=our_requests)
-    for attr in ("ttft", "queue_time", "prefill_time", "decode_time", "e2e", "inter_token", "request_preemptions"):
+    for attr in ("ttft", "queue_time", "prefill_time", "decode_time", "e2e", "inference_time", "inter_token",
+                 "request_preemptions"):
         a, b = getattr(before, attr), getattr(after, attr)
         if a is None or b is None:
             continue
@@ -449,7 +453,8 @@ def metrics_delta(before: ServerMetrics, after: ServerMetrics, our_requests: int
         if attr == "request_preemptions":  # not a time: preemptions per request finished in between
             delta.preempted_per_request = d.sum / d.count if d.count > 0 else None
             continue
-        short = {"queue_time": "queue", "prefill_time": "prefill", "decode_time": "decode"}.get(attr, attr)
+        short = {"queue_time": "queue", "prefill_time": "prefill", "decode_time": "decode",
+                 "inference_time": "inference"}.get(attr, attr)
         setattr(delta, f"{short}_ms", d.mean_ms)
         if delta.requests is None and attr in ("ttft", "e2e", "queue_time"):
             delta.requests = d.count
@@ -512,7 +517,10 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
     if after is None:
         notes.append(f"second scrape failed: {why_after}")
         return ServerMetricsResult(before.backend, url, before, notes=notes)
-    ours = len(baseline.samples) + len(baseline.warmup) if baseline is not None else 0
+    # Ours: the baseline's requests sent after the first scrape (a run sends its first request
+    # before it; a caller that starts with this probe sends it in between).
+    sent = (*baseline.warmup, *baseline.samples) if baseline is not None else ()
+    ours = sum(1 for t in sent if t.started_at >= before.scraped_at)
     result = ServerMetricsResult(before.backend, url, before, after, metrics_delta(before, after, ours), notes)
     if baseline is None:
         notes.append("baseline unavailable: the delta holds no requests of ours")

@@ -4,13 +4,18 @@ Every request the doctor makes is described by one `RequestTiming`. Times are
 milliseconds measured from the moment the request started (before connecting),
 with a monotonic clock. Phases that did not happen (no TLS on plain HTTP, no
 connect on a reused connection) are `None`, never 0.
+
+What the *server* says about the same request is kept beside the client's clock, each
+value with its origin (`ServerClock`): a response header (``openai-processing-ms``,
+TGI's ``x-queue-time``), the body (llama.cpp's ``timings``, Ollama's durations) or the
+server's metrics. Values are kept as sent; `llmdoctor.clocks` sets impossible ones aside.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["RequestTiming", "ErrorKind", "Outcome"]
+__all__ = ["ClockKind", "ClockOrigin", "ErrorKind", "Outcome", "RequestTiming", "ServerClock"]
 
 
 class ErrorKind:
@@ -39,6 +44,60 @@ class Outcome:
     TRUNCATED = "truncated"
 
 
+class ClockKind:
+    """What span of a request a server clock measures (strings, for JSON)."""
+
+    #: From the server's receipt of the request until it sent its response headers
+    #: (``openai-processing-ms``): for a non-streamed answer that is all of its work.
+    HEADERS = "headers"
+    #: The server's whole handling of the request (TGI ``x-total-time``, Ollama ``total_duration``).
+    TOTAL = "total"
+    #: Request validation and tokenization before queueing (TGI ``x-validation-time``).
+    VALIDATION = "validation"
+    QUEUE = "queue"
+    #: Loading the model before the request could run (Ollama ``load_duration``).
+    LOAD = "load"
+    #: Prompt processing up to the first token (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``).
+    PREFILL = "prefill"
+    #: First to last output token (llama.cpp ``predicted_ms``, Ollama ``eval_duration``).
+    DECODE = "decode"
+    #: Prefill and decode together, queue excluded (TGI ``x-inference-time``).
+    INFERENCE = "inference"
+    #: The server's own time to first token, from its receipt of the request.
+    TTFT = "ttft"
+    #: The server's mean time between two output tokens.
+    INTER_TOKEN = "inter_token"
+    #: TGI ``x-time-per-token``: inference time over generated tokens (prefill included).
+    PER_TOKEN = "per_token"
+    #: Prompt tokens the server took from its cache (llama.cpp ``cache_n``): a count, not a time.
+    CACHED_TOKENS = "cached_tokens"
+
+
+class ClockOrigin:
+    """Where a server clock was read (strings, for JSON)."""
+
+    HEADER = "server_header"
+    BODY = "server_body"
+    METRICS = "server_metrics"
+
+
+@dataclass
+class ServerClock:
+    """One duration the server reported for a request, with where it came from.
+
+    `ms` is as the server sent it (possibly negative or absurd: `llmdoctor.clocks` judges it);
+    `source` names the header, field or metric (``openai-processing-ms``, ``timings.prompt_ms``).
+    `requests` > 1: a mean over that many requests (metrics deltas), of which `ours` were ours.
+    """
+
+    kind: str
+    ms: float
+    source: str
+    origin: str = ClockOrigin.HEADER
+    requests: int = 1
+    ours: int = 1
+
+
 @dataclass
 class RequestTiming:
     """Phases, outcome and server hints of one request."""
@@ -58,6 +117,10 @@ class RequestTiming:
     first_content_ms: float | None = None
     first_reasoning_ms: float | None = None
     token_times_ms: list[float] = field(default_factory=list)
+    #: Arrival of each body read of a streamed answer (ms) and its size in bytes: how the bytes
+    #: came in, whatever the events inside them (a proxy that holds a stream shows few, late reads).
+    read_times_ms: list[float] = field(default_factory=list)
+    read_bytes: list[int] = field(default_factory=list)
     total_ms: float | None = None
     bytes_received: int = 0
     reused_connection: bool = False
@@ -68,6 +131,8 @@ class RequestTiming:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     server_timing: dict[str, float] = field(default_factory=dict)
+    #: The server's own clocks for this request (headers, body), each with its origin.
+    server_clocks: list[ServerClock] = field(default_factory=list)
     response_headers: dict[str, str] = field(default_factory=dict)
     text: str = ""
     #: The probe that sent it (stamped by the run's context): "baseline", "sweep", ...

@@ -5,8 +5,10 @@ from __future__ import annotations
 from llmdoctor.findings import Finding
 from llmdoctor.report import Breakdown, Report
 
-__all__ = ["accounting_line", "client_host_line", "run_lines", "format_ms", "fit_summary", "format_evidence",
-           "requests_line", "names_line", "supporting_line"]
+__all__ = [
+    "accounting_line", "client_host_line", "run_lines", "format_ms", "fit_summary", "format_evidence", "phase_clock",
+    "requests_line", "names_line", "split_summary", "supporting_line",
+]
 
 
 def requests_line(sent: int, budget: int) -> str:
@@ -102,6 +104,25 @@ def run_lines(report: Report) -> list[tuple[str, bool]]:
     if requests is not None:
         out.append((requests, bool(report.accounting and report.accounting.troubled_generations)))
     return out
+
+
+def split_summary(b: Breakdown) -> str | None:
+    """One line on the split by the server's own clock (in front of it / in it / held), or None without one."""
+    if b.in_front_ms is None:
+        return None
+    sources = "; ".join(b.split_sources) or "its report"
+    line = (f"By the server's own clock ({sources}): {format_ms(b.in_front_ms)} in front of the model server "
+            f"(gateways, balancers, auth, distance), {format_ms(b.server_ms)} in the server")
+    if b.held_ms:
+        line += f", {format_ms(b.held_ms)} held on the way"
+    return line
+
+
+def phase_clock(clock: str, source: str) -> str:
+    """Which clock measured a phase, for people: ``""`` for the client's, else ``clock: source``."""
+    if clock == "client":
+        return ""
+    return f"{clock}: {source}" if source else clock
 
 
 def names_line(f: Finding) -> str:

@@ -14,7 +14,15 @@ from typing import Any
 from llmdoctor import __version__
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.findings import Finding
-from llmdoctor.render.common import format_evidence, names_line, requests_line, run_lines, supporting_line
+from llmdoctor.render.common import (
+    format_evidence,
+    names_line,
+    phase_clock,
+    requests_line,
+    run_lines,
+    split_summary,
+    supporting_line,
+)
 from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 from llmdoctor.runner import Status
@@ -51,7 +59,8 @@ def _waterfall(go: Any, b: Breakdown) -> Any:
             y=names, x=[p.ms for p in b.phases], base=starts, orientation="h",
             marker_color=[_PHASE_COLORS[i % len(_PHASE_COLORS)] for i in range(len(names))],
             text=[f"{p.ms:,.1f} ms" for p in b.phases], textposition="auto",
-            hovertext=[p.note for p in b.phases], hovertemplate="%{y}: %{x:.1f} ms<br>%{hovertext}<extra></extra>",
+            hovertext=[" · ".join(x for x in (p.note, phase_clock(p.clock, p.source)) if x) for p in b.phases],
+            hovertemplate="%{y}: %{x:.1f} ms<br>%{hovertext}<extra></extra>",
         )
     )
     fig.update_layout(
@@ -164,6 +173,9 @@ def render_html(report: Report) -> str:
                                        config={"displaylogo": False, "responsive": True})
                          + "</div>")
             charts += 1
+        split = split_summary(b)
+        if split is not None:
+            parts.append(f'<p class="split"><b>{_e(split)}</b></p>')
         if not getattr(b, "sweep_points", None):
             parts.append("<p class=dim>No flat-latency curve: the output-length sweep did not run "
                          "(LD702 not selected, or it could not fit).</p>")

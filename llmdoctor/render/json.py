@@ -115,7 +115,10 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         breakdown = {
             "label": b.label,
             "total_ms": _round(b.total_ms),
-            "phases": [{"name": p.name, "ms": _round(p.ms), "note": p.note} for p in b.phases],
+            "phases": [{"name": p.name, "ms": _round(p.ms), "note": p.note, "clock": p.clock, "source": p.source}
+                       for p in b.phases],
+            "split": {"in_front_ms": _round(b.in_front_ms), "server_ms": _round(b.server_ms),
+                      "held_ms": _round(b.held_ms), "sources": list(b.split_sources), "notes": list(b.split_notes)},
             "new_connection_ms": _round(b.new_connection_ms),
             "ttft_p50_ms": _round(b.ttft_p50_ms),
             "ttft_p90_ms": _round(b.ttft_p90_ms),

@@ -17,8 +17,10 @@ from llmdoctor.render.common import (
     format_evidence,
     format_ms,
     names_line,
+    phase_clock,
     requests_line,
     run_lines,
+    split_summary,
     supporting_line,
 )
 from llmdoctor.render.json import MASK
@@ -41,11 +43,15 @@ _ms = format_ms
 
 def _breakdown(b: Breakdown) -> list[str]:
     lines = [f"## Where the time of a request goes — {_esc(b.label)}: **{_ms(b.total_ms)}**", ""]
-    lines += ["| Phase | Time | Share | Note |", "|---|---:|---:|---|"]
+    lines += ["| Phase | Time | Share | Clock | Note |", "|---|---:|---:|---|---|"]
     for p in b.phases:
         share = p.ms / b.total_ms if b.total_ms > 0 else 0.0
-        lines.append(f"| {_esc(p.name)} | {_ms(p.ms)} | {share:.0%} | {_esc(p.note)} |")
+        clock = phase_clock(p.clock, p.source) or "client"
+        lines.append(f"| {_esc(p.name)} | {_ms(p.ms)} | {share:.0%} | {_esc(clock)} | {_esc(p.note)} |")
     lines.append("")
+    split = split_summary(b)
+    if split is not None:
+        lines += [f"**{_esc(split)}**", ""]
     lines.append(
         f"TTFT p50 {_ms(b.ttft_p50_ms)} / p90 {_ms(b.ttft_p90_ms)} · "
         f"total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"

@@ -18,8 +18,10 @@ from llmdoctor.render.common import (
     format_evidence,
     format_ms,
     names_line,
+    phase_clock,
     requests_line,
     run_lines,
+    split_summary,
     supporting_line,
 )
 from llmdoctor.render.json import MASK
@@ -49,8 +51,13 @@ def _breakdown(console: Console, b: Breakdown) -> None:
     for phase in b.phases:
         width = phase.ms / longest * BAR_WIDTH
         bar = "█" * int(width) + ("▌" if width - int(width) >= 0.5 else "")
-        table.add_row(phase.name, _ms(phase.ms), Text(bar or "▏", style="magenta"), phase.note)
+        clock = phase_clock(phase.clock, phase.source)
+        note = f"{phase.note} [{clock}]" if clock and phase.note else phase.note or (f"[{clock}]" if clock else "")
+        table.add_row(phase.name, _ms(phase.ms), Text(bar or "▏", style="magenta"), note)
     console.print(table)
+    split = split_summary(b)
+    if split is not None:
+        console.print(f"  {split}", style="bold")
     line = (
         f"  TTFT p50 {_ms(b.ttft_p50_ms)} / p90 {_ms(b.ttft_p90_ms)}"
         f" · total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"

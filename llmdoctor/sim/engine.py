@@ -35,6 +35,10 @@ REQUEST_LATENCY_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+INTER_TOKEN_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
 
 
 @dataclass
@@ -74,6 +78,14 @@ class EngineState:
     generation_tokens_total: int
     ttft: Histogram
     queue_time: Histogram
+    #: Per finished request: scheduled -> first token, first -> last token, arrival -> end,
+    #: scheduled -> end; and every gap between two output tokens (vLLM's V1 histograms).
+    prefill_time: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    decode_time: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    inference_time: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    inter_token: Histogram = field(default_factory=lambda: Histogram(INTER_TOKEN_BUCKETS))
+    finished: int = 0
 
 
 class Engine:
@@ -101,6 +113,12 @@ class Engine:
         self.generation_tokens_total = 0
         self.ttft = Histogram(TTFT_BUCKETS)
         self.queue_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.decode_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.inference_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.inter_token = Histogram(INTER_TOKEN_BUCKETS)
+        self.finished = 0
 
     # -- time --------------------------------------------------------------------------------
     def sleep_until(self, deadline: float) -> None:
@@ -193,6 +211,19 @@ class Engine:
             if index == 0:
                 self.ttft.observe(time.monotonic() - arrived_at)
 
+    def request_finished(self, arrived_at: float, scheduled_at: float, token_times: list[float]) -> None:
+        """Observe a finished generation's phases (monotonic times; `token_times`: each token's emission)."""
+        end = time.monotonic()
+        with self._lock:
+            self.finished += 1
+            self.e2e.observe(end - arrived_at)
+            self.inference_time.observe(end - scheduled_at)
+            if token_times:
+                self.prefill_time.observe(token_times[0] - scheduled_at)
+                self.decode_time.observe(token_times[-1] - token_times[0])
+                for a, b in zip(token_times, token_times[1:]):
+                    self.inter_token.observe(b - a)
+
     def release_kv(self, n: int) -> None:
         """Free the KV cache of `n` generated tokens when their request ends."""
         with self._lock:
@@ -213,4 +244,10 @@ class Engine:
                 generation_tokens_total=self.generation_tokens_total,
                 ttft=self.ttft.copy(),
                 queue_time=self.queue_time.copy(),
+                prefill_time=self.prefill_time.copy(),
+                decode_time=self.decode_time.copy(),
+                e2e=self.e2e.copy(),
+                inference_time=self.inference_time.copy(),
+                inter_token=self.inter_token.copy(),
+                finished=self.finished,
             )

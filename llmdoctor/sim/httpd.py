@@ -1,7 +1,9 @@
 """The simulator's HTTP plumbing: the threading server, the request handler, SSE and cuts.
 
 It knows HTTP/1.1 (keep-alive, chunked bodies both ways, one SSE event per chunk flushed at once,
-TCP_NODELAY, abrupt cuts) and nothing about any API: the routes come from the `App` it serves
+TCP_NODELAY, abrupt cuts) and answers an HTTP/1.0 request as real servers do (uvicorn/h11): a
+stream without chunked framing, delimited by closing the connection — what nginx's default
+``proxy_http_version 1.0`` gets from upstreams. It knows nothing about any API: the routes come from the `App` it serves
 (`llmdoctor.sim.server.SimServer`), which also owns the engine and the counters.
 """
 
@@ -214,6 +216,18 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
     # -- responses ---------------------------------------------------------------------------
+    @property
+    def _http10(self) -> bool:
+        """An HTTP/1.0 client: no chunked framing for it; a stream ends by closing the connection."""
+        return self.request_version == "HTTP/1.0"
+
+    def send_header(self, keyword: str, value: str) -> None:
+        """Send a header; to an HTTP/1.0 client, ``Transfer-Encoding: chunked`` becomes ``Connection: close``."""
+        if self._http10 and keyword.lower() == "transfer-encoding" and value.lower() == "chunked":
+            self.close_connection = True
+            keyword, value = "Connection", "close"
+        super().send_header(keyword, value)
+
     def _common_headers(self) -> None:
         if self.sim.profile.close_connections:
             self.send_header("Connection", "close")
@@ -235,18 +249,28 @@ class Handler(BaseHTTPRequestHandler):
         """Send a JSON response."""
         self.send_body(status, json.dumps(obj).encode("utf-8"), "application/json", extra)
 
-    def start_stream(self) -> None:
+    def start_stream(self, extra: dict[str, str] | None = None) -> None:
         """Send the headers of an SSE response (chunked), before any waiting."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self._common_headers()
         self.end_headers()
         self.wfile.flush()
 
     def write_chunk(self, data: bytes) -> None:
-        """Send `data` as one HTTP chunk and flush it (a zero-length `data` ends the body)."""
+        """Send `data` as one HTTP chunk and flush it (a zero-length `data` ends the body).
+
+        To an HTTP/1.0 client the bytes go as they are; the body ends when the connection closes.
+        """
+        if self._http10:
+            if data:
+                self.wfile.write(data)
+                self.wfile.flush()
+            return
         self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 

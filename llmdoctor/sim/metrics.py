@@ -86,6 +86,36 @@ def _vllm_families(profile: LatencyProfile, s: EngineState) -> list[Family]:
             "Histogram of time spent in WAITING phase for request.",
             histogram_lines(s.queue_time, "vllm:request_queue_time_seconds", labels),
         ),
+        (
+            "vllm:request_prefill_time_seconds",
+            "histogram",
+            "Histogram of time spent in PREFILL phase for request.",
+            histogram_lines(s.prefill_time, "vllm:request_prefill_time_seconds", labels),
+        ),
+        (
+            "vllm:request_decode_time_seconds",
+            "histogram",
+            "Histogram of time spent in DECODE phase for request.",
+            histogram_lines(s.decode_time, "vllm:request_decode_time_seconds", labels),
+        ),
+        (
+            "vllm:request_inference_time_seconds",
+            "histogram",
+            "Histogram of time spent in RUNNING phase for request.",
+            histogram_lines(s.inference_time, "vllm:request_inference_time_seconds", labels),
+        ),
+        (
+            "vllm:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            histogram_lines(s.e2e, "vllm:e2e_request_latency_seconds", labels),
+        ),
+        (
+            "vllm:inter_token_latency_seconds",
+            "histogram",
+            "Histogram of inter-token latency in seconds.",
+            histogram_lines(s.inter_token, "vllm:inter_token_latency_seconds", labels),
+        ),
     ]
 
 
@@ -99,6 +129,10 @@ def metrics_families(profile: LatencyProfile, s: EngineState) -> list[Family]:
             ("tgi_request_count", "counter", "Total requests", [f"tgi_request_count {float(s.queue_time.count)}"]),
             ("tgi_request_queue_duration", "histogram", "Time spent in the queue",
              histogram_lines(s.queue_time, "tgi_request_queue_duration", 'model="sim"')),
+            ("tgi_request_inference_duration", "histogram", "Request inference duration",
+             histogram_lines(s.inference_time, "tgi_request_inference_duration", 'model="sim"')),
+            ("tgi_request_duration", "histogram", "Request duration",
+             histogram_lines(s.e2e, "tgi_request_duration", 'model="sim"')),
         ]  # fmt: skip
     if profile.flavor == "llamacpp":
         return [

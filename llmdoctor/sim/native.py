@@ -40,9 +40,10 @@ OLLAMA_KEEP_ALIVE_S = 300
 
 
 def llamacpp_timings(prompt_tokens: int, prompt_s: float, predicted: int, predicted_s: float) -> dict[str, float]:
-    """llama.cpp server's ``timings`` object (ms, and tokens per second)."""
+    """llama.cpp server's ``timings`` object (ms, and tokens per second; ``result_timings::to_json``)."""
     prompt_ms, predicted_ms = prompt_s * 1000.0, predicted_s * 1000.0
     return {
+        "cache_n": 0,
         "prompt_n": prompt_tokens,
         "prompt_ms": round(prompt_ms, 3),
         "prompt_per_token_ms": round(prompt_ms / prompt_tokens, 3) if prompt_tokens else 0.0,
@@ -67,16 +68,17 @@ def _run(
     with engine.admitted(prompt_tokens):
         admitted = time.monotonic()
         first_at = admitted + engine.first_token_offset_s(prompt_tokens, admitted)
-        emitted = 0
+        emitted: list[float] = []
         try:
             for i, text in enumerate(pieces):
                 engine.sleep_until(first_at + (i + 1) * engine.decode_s())
                 on_token(i, text)
                 engine.token_emitted(i, req.arrived_at)
-                emitted += 1
+                emitted.append(time.monotonic())
         finally:
-            engine.release_kv(emitted)
+            engine.release_kv(len(emitted))
         end = time.monotonic()
+    engine.request_finished(req.arrived_at, admitted, emitted)
     return {
         "queue": admitted - req.arrived_at,
         "prefill": first_at - admitted,
@@ -111,10 +113,10 @@ def _tgi_generate(h: Handler, req: Request) -> None:
     prompt_tokens, n = _tgi_request(h, req)
     texts: list[str] = []
     phases = _run(h, req, prompt_tokens, n, lambda i, t: texts.append(t))
-    per_token_ms = int(phases["decode"] * 1000 / n) if n else 0
+    per_token_ms = int(phases["inference"] * 1000 / n) if n else 0  # TGI: inference / tokens
     headers = {
         "x-compute-type": "1-nvidia-h100",
-        "x-compute-time": f"{phases['inference']:.6f}",
+        "x-compute-time": f"{phases['total']:.6f}",
         "x-compute-characters": str(len(json.loads(req.body)["inputs"])),
         "x-total-time": str(int(phases["total"] * 1000)),
         "x-validation-time": "0",

@@ -48,7 +48,7 @@ def _health(h: Handler, req: Request) -> None:
 
 
 def _metrics(h: Handler, req: Request) -> None:
-    if h.sim.profile.flavor == "ollama":  # Ollama has no Prometheus endpoint
+    if h.sim.profile.flavor in ("ollama", "openai"):  # no Prometheus endpoint (Ollama, hosted APIs)
         raise ApiError(404, "404 page not found", code="not_found")
     text = metrics_text(h.sim.profile, h.engine.state())
     h.send_body(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
@@ -216,8 +216,51 @@ def _final_body(plan: _Plan, model: str) -> dict[str, Any]:
     }
 
 
+def _ms_since(t: float) -> str:
+    """Whole milliseconds since the monotonic instant `t`, as the servers' headers write them."""
+    return str(int((time.monotonic() - t) * 1000))
+
+
+def _stream_headers(h: Handler, req: Request) -> dict[str, str]:
+    """The server-clock headers a flavor sends when it starts a stream (before any waiting)."""
+    flavor = h.sim.profile.flavor
+    if flavor == "openai":  # the time to start the stream, as llama-cpp-python sends it
+        return {"openai-processing-ms": _ms_since(req.arrived_at)}
+    if flavor == "tgi":  # generate_stream_internal: no timing headers, and nginx must not buffer
+        return {"x-compute-type": "1-nvidia-h100", "X-Accel-Buffering": "no"}
+    return {}
+
+
+def _final_headers(h: Handler, req: Request, plan: _Plan, scheduled_at: float) -> dict[str, str]:
+    """The server-clock headers of a non-streamed answer (sent with it, once the work is done)."""
+    flavor = h.sim.profile.flavor
+    if flavor == "openai":
+        return {"openai-processing-ms": _ms_since(req.arrived_at)}
+    if flavor != "tgi":
+        return {}
+    now = time.monotonic()
+    n = plan.completion_tokens
+    inference = now - scheduled_at
+    return {  # generate_internal's headers, which TGI's non-streamed chat_completions passes on
+        "x-compute-type": "1-nvidia-h100",
+        "x-compute-time": f"{now - req.arrived_at:.6f}",
+        "x-total-time": str(int((now - req.arrived_at) * 1000)),
+        "x-validation-time": "0",
+        "x-queue-time": str(int((scheduled_at - req.arrived_at) * 1000)),
+        "x-inference-time": str(int(inference * 1000)),
+        "x-time-per-token": str(int(inference * 1000 / n)) if n else "0",
+        "x-prompt-tokens": str(plan.prompt_tokens),
+        "x-generated-tokens": str(n),
+    }
+
+
 def _generate(h: Handler, req: Request, chat: bool) -> None:
-    """Serve one chat or text completion, stream or not, following the latency model."""
+    """Serve one chat or text completion, stream or not, following the latency model.
+
+    Each flavor reports its own clocks as that server does: ``openai-processing-ms`` (openai),
+    TGI's ``x-*-time`` headers on non-streamed answers (tgi), llama.cpp's ``timings`` (llamacpp),
+    and every flavor with ``/metrics`` counts the request in its histograms.
+    """
     p, engine = h.sim.profile, h.engine
     data = json_body(req)
     if engine.is_loading():
@@ -236,12 +279,12 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
         )
     plan = _plan(h, data, chat)
     if plan.stream:
-        h.start_stream()  # headers go out at once, as vLLM does; the waiting happens after
+        h.start_stream(_stream_headers(h, req))  # headers go out at once, as vLLM does; the waiting happens after
     pieces = [("reasoning_content", t) for t in plan.reasoning] + [("content", t) for t in plan.content]
-    emitted = 0
+    emitted: list[float] = []  # when each token went out
     with engine.admitted(plan.prompt_tokens):
+        t0 = time.monotonic()
         try:
-            t0 = time.monotonic()
             first_at = t0 + engine.first_token_offset_s(plan.prompt_tokens, t0)
             for i, (kind, text) in enumerate(pieces):
                 if p.stream_cut_after is not None and i >= p.stream_cut_after:
@@ -252,17 +295,19 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
                         h.send_event(_chunk(plan, p.model, {"role": "assistant", "content": ""}, None))
                     h.send_event(_chunk(plan, p.model, {kind: text} if chat else text, None))
                 engine.token_emitted(i, req.arrived_at)
-                emitted += 1
+                emitted.append(time.monotonic())
         finally:
-            engine.release_kv(emitted)
+            engine.release_kv(len(emitted))
         if p.stream_cut_after is not None and len(pieces) > p.stream_cut_after:
             h.cut_connection()
             return
-    decode_s = max(0.0, time.monotonic() - first_at)
-    timings = (
-        llamacpp_timings(plan.prompt_tokens, first_at - t0, emitted, decode_s)
-        if p.flavor == "llamacpp" else None
-    )
+    engine.request_finished(req.arrived_at, t0, emitted)
+    timings = None
+    if p.flavor == "llamacpp":
+        # llama.cpp: prompt_ms runs through the first token's sampling, predicted_ms from it to the last.
+        first = emitted[0] if emitted else time.monotonic()
+        decode_s = (emitted[-1] - first) if emitted else 0.0
+        timings = llamacpp_timings(plan.prompt_tokens, first - t0, len(emitted), decode_s)
     if plan.stream:
         last = _chunk(plan, p.model, {} if chat else "", plan.finish_reason)
         if timings is not None:
@@ -284,7 +329,7 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
         body = _final_body(plan, p.model)
         if timings is not None:
             body["timings"] = timings
-        h.send_json(200, body)
+        h.send_json(200, body, _final_headers(h, req, plan, t0))
 
 
 def _chat_completions(h: Handler, req: Request) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["FLAVORS", "LatencyProfile", "PROFILES", "get_profile"]
 
 #: Servers the simulator can impersonate (`LatencyProfile.flavor`).
-FLAVORS = ("vllm", "tgi", "ollama", "llamacpp")
+FLAVORS = ("vllm", "tgi", "ollama", "llamacpp", "openai")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ class LatencyProfile:
     #: Reasoning tokens (`delta.reasoning_content`) emitted before the answer, chat only.
     reasoning_tokens: int = 0
     #: Which server the simulator impersonates beyond the OpenAI routes (`FLAVORS`): its /metrics
-    #: names and native APIs (TGI /generate, Ollama /api/*, llama.cpp /props, /slots, timings).
+    #: names and native APIs (TGI /generate, Ollama /api/*, llama.cpp /props, /slots, timings),
+    #: and the clocks it reports ("openai": a hosted-API-like server with ``openai-processing-ms``
+    #: and no /metrics).
     flavor: str = "vllm"
     #: False: ``ignore_eos`` is accepted and ignored (llama-cpp-python); ``min_tokens`` always works.
     honours_ignore_eos: bool = True

@@ -1,0 +1,163 @@
+"""LD410: the stream is held back between the server and you."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+from llmdoctor.causes import Cause
+from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.context import Context
+from llmdoctor.delivery import MIN_HELD_MS, StreamShape
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import ATTRIBUTION
+from llmdoctor.probes.timing import ClockOrigin
+
+#: A stream says something about holding only when it should have taken this long to arrive.
+MIN_EXPECTED_MS = 2 * MIN_HELD_MS
+#: The finding needs this many held streams, and this share of the informative ones.
+MIN_HELD_STREAMS = 2
+HELD_MAJORITY = 0.6
+
+
+def _impact(held: list[StreamShape], per_token: float, typical: int) -> tuple[float, str]:
+    """How late the first token of a `typical`-token answer arrives, from the held streams.
+
+    A hop holds until its buffer fills or the answer ends: answers at least as long as the typical
+    one show its hold directly; a shorter answer held whole says the typical one would be held
+    (about) whole too.
+    """
+    long = [s for s in held if s.tokens >= typical]
+    if long:
+        return statistics.median(s.held_ms for s in long), (
+            f"first token late by the median hold of the {len(long)} held answer(s) of {typical}+ tokens")
+    longest = max(held, key=lambda s: s.tokens)
+    if longest.held_share < 0.9:
+        return longest.held_ms, f"first token late by the hold of the longest held answer ({longest.tokens} tokens)"
+    return per_token * max(0, typical - 1), (
+        f"a {typical}-token answer held whole: {max(0, typical - 1)} × {per_token:.2f} ms/token of decode")
+
+
+class HeldBackStream(Check):
+    """Held-back stream: the tokens are made at the server's pace but reach you in one piece or in bursts.
+
+    ## What it checks
+    Compares how every streamed answer of the run arrived (the time of each server-sent event and
+    of each body read) with how fast the server made its tokens: the server's own decode clock for
+    the request (llama.cpp ``timings.predicted_ms``, the decode or inter-token histogram of vLLM or
+    SGLang, Ollama's ``eval_duration``), else the decode rate the output-length sweep measured from
+    whole-request times, which a buffering hop does not change. A stream is held when the client
+    saw less than half the decode time the server spent, and 20 ms or more went missing; the check
+    fires when most of the answers that should have taken 40 ms or more to arrive were held (at
+    least two). It says how they came: all in one read at the end (time to first token ≈ total),
+    or in bursts at a fixed interval or size. Response headers (``Server``, ``Via``,
+    ``Content-Encoding``) are listed as supporting evidence, never as the evidence.
+
+    ## Why it adds latency
+    Streaming exists so the user sees the first token early. A hop that buffers the answer delivers
+    the first token only when its buffer fills or the answer ends: the user waits for the whole
+    generation, and the waterfall shows no decode at all. Every streamed request pays it.
+
+    ## Example
+    Behind nginx with its default ``proxy_buffering on``: 4 of 4 streamed answers arrived in one
+    read at the end; the server made 63 tokens in 252 ms (4.0 ms a token by the sweep), the client
+    saw them in 0.3 ms; a 64-token answer's first token arrives 250 ms late.
+
+    ## Fix
+    Make every hop between the model server and the client pass ``text/event-stream`` through as
+    it comes (the steps below, checked against each proxy's own documentation). Then rerun: the
+    "delivery (held on the way)" row of the waterfall goes away.
+
+    ## Caveats
+    The token clock is the server's when it reports one, else the sweep's fit (medium confidence).
+    A server that itself writes its events in batches looks held by its own clock too; compare with
+    a request sent to the model server directly. Sources for the fixes: nginx ngx_http_proxy_module
+    (``proxy_buffering``, ``X-Accel-Buffering``, ``proxy_ignore_headers``); Traefik v3.7 routing
+    docs (``responseForwarding.flushInterval``, 100 ms by default, ignored for streaming responses);
+    Caddy ``reverse_proxy`` docs (``flush_interval``; ``text/event-stream`` is flushed at once);
+    Envoy FAQ "Why is Envoy sending 413s?" (filters stream by default, the buffer filter does not);
+    Cloudflare "Response Buffering" (dynamic responses stream, cached ones and Enterprise's Response
+    Buffering do not); AWS API Gateway "response transfer mode" (REST APIs buffer unless
+    ``STREAM``); HAProxy 2.6 configuration manual (``option http-no-delay``): measured in
+    llmdoctor's own tests, haproxy's defaults (it sends with MSG_MORE, so the kernel merges small
+    writes) deliver a short answer in one read and a long one in bursts; with the option, one event
+    per read. Google Cloud load balancers and AWS ALB are not covered: their documentation was not
+    checked.
+    """
+
+    id = "LD410"
+    name = "held-back-stream"
+    title = "Stream held back on the way"
+    category = Category.NETWORK
+    requires = (ATTRIBUTION,)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        att = ctx.get(ATTRIBUTION)
+        if not att.shapes:
+            raise CheckSkipped("no successful streamed answer of 4 tokens or more in the run")
+        judged = [s for s in att.judged if (s.expected_decode_ms or 0.0) >= MIN_EXPECTED_MS]
+        if not judged:
+            why = ("no token clock: the server reports none and the sweep gave no decode rate"
+                   if not att.judged else f"no streamed answer should have taken {MIN_EXPECTED_MS:.0f} ms or more "
+                   "to arrive (too few tokens, or too fast a server)")
+            raise CheckSkipped(why)
+        held = [s for s in judged if s.held]
+        if len(held) < MIN_HELD_STREAMS or len(held) < HELD_MAJORITY * len(judged):
+            return
+        per_token = att.token_clock.per_token_ms if att.token_clock is not None else statistics.median(
+            (s.expected_decode_ms or 0.0) / max(1, s.tokens - 1) for s in held)
+        typical = ctx.options.workload.typical_output_tokens
+        impact, basis = _impact(held, per_token, typical)
+        patterns = [s.pattern for s in held if s.pattern]
+        pattern = max(set(patterns), key=patterns.count) if patterns else "spread, but late"
+        worst = max(held, key=lambda s: s.held_ms)
+        server_clock = all(s.expected_clock in (ClockOrigin.BODY, ClockOrigin.METRICS) for s in held)
+        shared = att.token_clock is not None and "shared traffic" in att.token_clock.source
+        confidence = Confidence.HIGH if server_clock and not shared and len(held) >= 3 else Confidence.MEDIUM
+        evidence = [
+            Evidence("held streams / streams compared", f"{len(held)} / {len(judged)}", "", "attribution"),
+            Evidence("how they arrived", pattern, "", "probe client (body reads)"),
+            Evidence("longest hold (first token late by)", round(worst.held_ms, 1), "ms", worst.expected_source),
+            Evidence(f"server decode vs seen ({worst.tokens} tokens)",
+                     f"{worst.expected_decode_ms or 0.0:,.1f} vs {worst.seen_decode_ms:,.1f}", "ms", worst.path),
+            Evidence("time to first token / total (median of held)",
+                     round(100 * statistics.median(s.ttft_share for s in held), 1), "%", "probe client"),
+        ]
+        if att.token_clock is not None:
+            evidence.append(Evidence("token clock", round(att.token_clock.per_token_ms, 2), "ms/token",
+                                     att.token_clock.source))
+        for name, value in att.proxy_headers.items():
+            evidence.append(Evidence(f"response header {name} (supporting)", value, "", "typical answer"))
+        yield Finding(
+            Severity.WARNING,
+            confidence,
+            f"The stream is held back between the server and you ({pattern})",
+            (f"{len(held)} of {len(judged)} streamed answers reached the client held back: the server made "
+             f"{worst.tokens} tokens in {worst.expected_decode_ms or 0.0:,.0f} ms, the client saw them over "
+             f"{worst.seen_decode_ms:,.1f} ms ({pattern}). A {typical}-token answer's first token arrives "
+             f"~{impact:,.0f} ms late" + (": streaming gains the user nothing." if pattern == "one read" else
+                                         ", and the rest comes in lumps.")),
+            Fix(
+                "Make every hop between the model server and the client pass the stream through unbuffered.",
+                (
+                    "nginx: `proxy_buffering off;` in the location that proxies the model server, or have the "
+                    "server send `X-Accel-Buffering: no` (honoured unless `proxy_ignore_headers X-Accel-Buffering`).",
+                    "HAProxy: `option http-no-delay` in the frontend or backend that carries the stream (by "
+                    "default haproxy lets the kernel merge small writes, which holds SSE frames).",
+                    "Traefik: responses recognised as streaming (text/event-stream) are flushed at once; for other "
+                    "content types set `responseForwarding.flushInterval` (default 100 ms) to a negative value.",
+                    "Caddy: `reverse_proxy` flushes text/event-stream at once; for other types set "
+                    "`flush_interval -1`.",
+                    "Envoy: keep filters that buffer whole bodies (the buffer filter) off the streaming route.",
+                    "Cloudflare: keep the stream uncacheable (cached responses are buffered) and Response "
+                    "Buffering (Enterprise) off for it.",
+                    "AWS API Gateway (REST): set the integration's responseTransferMode to STREAM (default "
+                    "BUFFERED; HTTP_PROXY and AWS_PROXY integrations only).",
+                    "Compare with a request to the model server directly: the hop that holds it is the difference.",
+                ),
+            ),
+            cause=Cause.HELD_BACK_STREAM,
+            impact_ms=round(impact, 1),
+            impact_basis=basis,
+            evidence=tuple(evidence),
+        )

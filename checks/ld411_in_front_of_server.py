@@ -1,0 +1,116 @@
+"""LD411: time of every request is spent in front of the model server."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+from llmdoctor.causes import Cause
+from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.context import Context
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.probes.catalog import ATTRIBUTION
+from llmdoctor.stats import percentile
+
+MIN_IN_FRONT_MS = 50.0
+#: ... and at least this share of what the client waited for (the server's own clock says it is fast).
+IN_FRONT_SHARE = 0.2
+
+
+class InFrontOfServer(Check):
+    """Time in front of the model server: gateways, balancers, auth or distance cost every request.
+
+    ## What it checks
+    Joins the client's clock with the server's own for each "Say ok." request of the baseline: the
+    server's time to its headers (``openai-processing-ms``), to its first token (llama.cpp
+    ``timings.prompt_ms``, the TTFT histogram of vLLM or SGLang around our requests, Ollama's load
+    and prompt-eval durations) or its whole time (TGI ``x-total-time``, an end-to-end histogram).
+    What the client waited for beyond the server's own time is spent *in front of the model
+    server*. Fires when that is 50 ms or more per request (median) and at least 20% of what the
+    client waited for.
+
+    ## Why it adds latency
+    A gateway that authenticates, routes or rate-limits, a load balancer, a service mesh sidecar, a
+    far region: each adds its time to every request before the model sees it. No model, batch size
+    or GPU change removes it, and the model's own dashboards never show it.
+
+    ## Example
+    The client waited 335 ms for the first token; the server's ``openai-processing-ms`` says it
+    answered its headers in 0 ms and the first token came 30 ms later: 301 ms of every request is
+    spent in front of it (an auth subrequest in nginx, here).
+
+    ## Fix
+    Find the hop: send the same request to the model server directly from the gateway's host; the
+    difference is the gateway's. Then cache what it computes per request, keep its upstream
+    connections open, or move it next to the model server.
+
+    ## Caveats
+    Needs a server clock: without one the time stays merged in the client's phases (the check is
+    skipped, saying so). The time in front includes the network's round trip to the server (LD406
+    measures it), the server's own HTTP handling before its clock starts and, for llama.cpp (whose
+    timings have no queue), any wait for a free slot. Metrics means shared with other clients'
+    traffic are used at low confidence.
+    """
+
+    id = "LD411"
+    name = "in-front-of-server"
+    title = "Time spent in front of the model server"
+    category = Category.NETWORK
+    requires = (ATTRIBUTION,)
+
+    def run(self, ctx: Context) -> Iterator[Finding]:
+        att = ctx.get(ATTRIBUTION)
+        in_front, server = att.in_front, att.server
+        if not in_front:
+            why = "; ".join(att.typical.notes[:3]) or "the server reports no time of its own"
+            raise CheckSkipped(f"no server clock splits the baseline's requests: {why}")
+        p50 = statistics.median(in_front)
+        server_p50 = statistics.median(server) if server else 0.0
+        share = p50 / (p50 + server_p50) if p50 + server_p50 > 0 else 0.0
+        if p50 < MIN_IN_FRONT_MS or share < IN_FRONT_SHARE:
+            return
+        t = att.typical
+        shared = any("shared traffic" in n for n in t.notes)
+        metrics_only = all("mean of" in s or "averaged over" in s for s in t.sources) if t.sources else False
+        if shared:
+            confidence = Confidence.LOW
+        elif len(in_front) >= 3 and not metrics_only:
+            confidence = Confidence.HIGH
+        else:
+            confidence = Confidence.MEDIUM
+        p90 = percentile(in_front, 90)
+        evidence = [
+            Evidence("in front of the model server (median)", round(p50, 1), "ms", "attribution"),
+            Evidence("in front of the model server (p90)", round(p90 or p50, 1), "ms", "attribution"),
+            Evidence("the server's own time (median)", round(server_p50, 1), "ms", "; ".join(t.sources)),
+            Evidence("requests joined", len(in_front), "", "baseline"),
+            Evidence("split anchored at", f"the server's {t.anchor}", "", "; ".join(t.sources)),
+        ]
+        for name, value in att.proxy_headers.items():
+            evidence.append(Evidence(f"response header {name}", value, "", "typical answer"))
+        evidence += [Evidence("note", n) for n in t.notes]
+        yield Finding(
+            Severity.WARNING,
+            confidence,
+            f"{p50:,.0f} ms of every request is spent in front of the model server",
+            (f"The client waited {p50 + server_p50:,.0f} ms per request once it was sent; by the server's own "
+             f"clock ({t.sources[0] if t.sources else 'its report'}), {p50:,.0f} ms of it ({share:.0%}) passed "
+             "before the model server saw the request or after it answered — gateways, load balancers, auth, "
+             f"distance — and {server_p50:,.0f} ms in the server."),
+            Fix(
+                "Find and trim the hop in front of the model server.",
+                (
+                    "Send the same request to the model server directly from the gateway's host: the "
+                    "difference is the gateway's (auth, routing, rate limiting, a sidecar).",
+                    "Cache per-request work in the gateway (auth decisions, token introspection) instead of "
+                    "calling a service on every request.",
+                    "Keep the gateway's upstream connections open (nginx: `keepalive` in the upstream block "
+                    "with `proxy_http_version 1.1` and `proxy_set_header Connection \"\"`).",
+                    "Run the gateway and the model server in the same zone as the callers.",
+                ),
+            ),
+            cause=Cause.GATEWAY_OVERHEAD,
+            impact_ms=round(p50, 1),
+            impact_basis="median over the baseline's requests: client time − the server's own time",
+            evidence=tuple(evidence),
+        )
