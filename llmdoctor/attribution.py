@@ -211,10 +211,13 @@ def join(t: RequestTiming, cs: ClockSet, shape: StreamShape | None = None) -> Jo
                       *parts, Phase("receive answer", m.total - m.headers, "the body after its headers")]
             return _result(phases, m, in_front, False, 0.0, cs, "headers", notes)
         gap = m.first - m.headers
-        # A hop that holds the stream may hold its headers too (nginx with an HTTP/1.0 upstream): what
-        # the gap after the headers cannot hold comes out of the wait for them.
-        held = _held(shape, gap + in_front)
-        in_front -= max(0.0, held - gap)
+        # A hop that holds the stream may hold its headers too (nginx with an HTTP/1.0 upstream): when
+        # they came with the first token, what the gap after them cannot hold comes out of the wait for
+        # them. Headers that came earlier were not held: a late first token then (a busy host) is no
+        # reason to take time from the time in front.
+        headers_held = gap <= TOLERANCE_MS
+        held = _held(shape, gap + in_front if headers_held else gap)
+        in_front = max(0.0, in_front - max(0.0, held - gap))
         if held > gap:
             notes.append("the headers were held with the stream: the server's time to its first token counts in "
                          "front of it here")

@@ -132,3 +132,16 @@ def test_random_clocks_never_break_the_waterfall() -> None:
         _assert_sound(j.phases, j.total_ms)
         for value in (j.in_front_ms, j.server_ms, j.held_ms):
             assert value is None or value >= 0
+
+
+def test_a_late_first_token_after_early_headers_takes_nothing_from_the_time_in_front() -> None:
+    """A busy host: the gateway's 300 ms before the headers, then a first token 900 ms later with the
+    tokens bunched. Whatever the hold estimate, the headers were not held: the 300 ms stay in front."""
+    t = _stream(300.5, 1266.0, 8, 0.1, reads_per_token=False,
+                clocks=(ServerClock(ClockKind.HEADERS, 1.0, "openai-processing-ms"),))
+    shape = stream_shape(t, TokenClock(310.0, "the output-length sweep's fit", "inferred"))
+    assert shape is not None and shape.held
+    j = join(t, judge(t), shape)
+    _assert_sound(j.phases, j.total_ms)
+    assert j.in_front_ms == pytest.approx(300.5 - 0.5 - 1.0)
+    assert j.held_ms <= 1266.0 - 300.5
