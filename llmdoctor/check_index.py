@@ -16,6 +16,10 @@ CHECKS: tuple[Row, ...] = (
         'llmdoctor.checks.ld001_reachability:Reachability', ('discovery',), ('first_request', 'host'),
     ),
     (
+        'LD002', 'generation-failures', 'Generation requests failing after the first', 'endpoint', 2,
+        'llmdoctor.checks.ld002_generation_failures:GenerationFailures', ('request_outcomes',), ('first_request',),
+    ),
+    (
         'LD101', 'prompt-tokens', 'Prompt token count vs context window', 'input', 101,
         'llmdoctor.checks.ld101_prompt_tokens:PromptTokenCount', ('requests', 'prompt_tokens'), ('prefill', 'sweep'),
     ),
@@ -66,6 +70,10 @@ CHECKS: tuple[Row, ...] = (
     (
         'LD210', 'log-kv-preemption', 'KV-cache preemption in server logs', 'server', 210,
         'llmdoctor.checks.ld210_log_preemption:LogPreemption', ('logs',), ('baseline',),
+    ),
+    (
+        'LD211', 'slow-replica', 'One replica slower than the others', 'server', 211,
+        'llmdoctor.checks.ld211_slow_replica:SlowReplica', ('baseline',), ('sweep',),
     ),
     (
         'LD301', 'cold-start', 'Cold start on the first request', 'cold_start', 301,
@@ -125,6 +133,14 @@ CHECKS: tuple[Row, ...] = (
         'llmdoctor.checks.ld409_proxy_in_path:ProxyInPath', ('transport',), (),
     ),
     (
+        'LD410', 'held-back-stream', 'Stream held back on the way', 'network', 410,
+        'llmdoctor.checks.ld410_held_back_stream:HeldBackStream', ('attribution',), (),
+    ),
+    (
+        'LD411', 'in-front-of-server', 'Time spent in front of the model server', 'network', 411,
+        'llmdoctor.checks.ld411_in_front_of_server:InFrontOfServer', ('attribution',), (),
+    ),
+    (
         'LD501', 'fd-limit', 'Low open-file limit', 'client', 501, 'llmdoctor.checks.ld501_fd_limit:FdLimit',
         ('client_limits',), (),
     ),
@@ -170,15 +186,15 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD701', 'baseline-floor', 'Baseline "Say ok." floor', 'baseline', 701,
-        'llmdoctor.checks.ld701_baseline_floor:BaselineFloor', ('baseline',), (),
+        'llmdoctor.checks.ld701_baseline_floor:BaselineFloor', ('baseline',), ('client_host',),
     ),
     (
         'LD702', 'flat-latency', 'Flat-latency fit: fixed vs per-token cost', 'baseline', 702,
-        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), (),
+        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), ('client_host',),
     ),
     (
         'LD703', 'decode-speed', 'Decode speed per output token', 'baseline', 703,
-        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', ('sweep',), (),
+        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', ('sweep',), ('client_host',),
     ),
     (
         'LD710', 'slo-breached', 'Latency SLOs', 'baseline', 710, 'llmdoctor.checks.ld710_slo:SloBreached', (),

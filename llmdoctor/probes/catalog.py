@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from llmdoctor.probes.idle import IdleResult
     from llmdoctor.probes.lag import ClientHostResult
     from llmdoctor.probes.metrics import ServerMetricsResult
-    from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.native_clocks import NativeTimings
+    from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet

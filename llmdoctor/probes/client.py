@@ -48,8 +48,8 @@ import httpcore
 import httpx
 
 from llmdoctor import __version__
-from llmdoctor.probes.lag import LagSampler
 from llmdoctor.clocks import header_clocks, llamacpp_clocks
+from llmdoctor.probes.lag import LagSampler
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor, redact_headers
