@@ -73,7 +73,9 @@ def _generations(measurements: dict[str, Any]) -> list[dict[str, Any]]:
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            if "completions" in str(node.get("path", "")) and "started_at" in node and node.get("status") == 200:
+            # full timings only: the request_outcomes records (issue 15) repeat each request without them
+            if "completions" in str(node.get("path", "")) and "started_at" in node and node.get("status") == 200 \
+                    and "streamed" in node:
                 seen[(node["started_at"], node["path"])] = node
             for value in node.values():
                 walk(value)
