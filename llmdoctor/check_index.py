@@ -98,7 +98,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD401', 'network-share', 'Network set-up share of a request', 'network', 401,
-        'llmdoctor.checks.ld401_network_share:NetworkShare', ('discovery', 'baseline'), (),
+        'llmdoctor.checks.ld401_network_share:NetworkShare', ('discovery', 'baseline'), ('client_host',),
     ),
     (
         'LD402', 'slow-dns', 'Slow DNS resolution', 'network', 402, 'llmdoctor.checks.ld402_slow_dns:SlowDns', ('dns',),

@@ -112,7 +112,7 @@ def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _concurrency_step(e: Endpoint, o: Options, n: int) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, CHAT_BODY, 1 + n, f"1 alone, then {n} at once"),
+    return [request("POST", e.chat, CHAT_BODY, 1 + n, f"1 alone, then {n} in parallel"),
             request("POST/GET", f"{e.chat} or {o.evidence.metrics_url or e.root + '/metrics'}", CHAT_BODY,
                     SINGLE_REQUESTS - 1, "alone again, or one metrics scrape instead when the backend exports "
                     "a queue-time histogram")]

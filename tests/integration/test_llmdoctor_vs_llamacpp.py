@@ -73,7 +73,9 @@ def _generations(measurements: dict[str, Any]) -> list[dict[str, Any]]:
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            if "completions" in str(node.get("path", "")) and "started_at" in node and node.get("status") == 200:
+            # full timings only: the request_outcomes records (issue 15) repeat each request without them
+            if "completions" in str(node.get("path", "")) and "started_at" in node and node.get("status") == 200 \
+                    and "streamed" in node:
                 seen[(node["started_at"], node["path"])] = node
             for value in node.values():
                 walk(value)
@@ -206,13 +208,21 @@ def test_flat_latency_fit_on_a_busy_host_is_never_negative_nor_a_floor(busy_run:
     fit either settles a small fixed cost or says it is not determined (no number, with the reason); it
     never shows a negative one, LD702 reports no flat latency, and the report says the host was saturated."""
     assert busy_run["report"]["client_host"]["saturated"], busy_run["report"]["client_host"]
-    _assert_fit_honest(busy_run)
+    _assert_fit_honest(busy_run, busy=True)
 
 
-def _assert_fit_honest(run: dict[str, Any]) -> None:
+def _assert_fit_honest(run: dict[str, Any], busy: bool = False) -> None:
     report = run["report"]
     breakdown = report["breakdown"]
-    for point in _probe(run["measurements"], "sweep")["points"]:
+    points = _probe(run["measurements"], "sweep")["points"]
+    answered = [p for p in points if p["timing"]["status"] == 200 and p["timing"]["error"] is None]
+    if busy and len(answered) < len(points):
+        # a starved server may miss llmdoctor's timeout: each such request is counted and the run is not OK
+        failed = [(p["max_tokens"], p["timing"]["status"], p["timing"]["error"]) for p in points if p not in answered]
+        assert report["requests"]["generation"]["failed"] >= len(failed), (failed, report["requests"])
+        assert report["status"] != "ok", failed
+        points = answered
+    for point in points:
         assert point["timing"]["completion_tokens"] is None  # llama-cpp-python: no usage in streams
         assert point["timing"]["finish_reason"] == "length"
         assert point["timing"]["content_events"] == point["max_tokens"], point
