@@ -6,6 +6,8 @@
   so the repeated-prompt test is not ordered for nothing; on a slow prefill it still is.
 - The lone-request test reads the checklist's scrapes around the baseline (its requests are sent one
   at a time) when nothing else moved the server's histograms; with other traffic it sends its own.
+- First tokens spread by a busy host (llmdoctor lagging, or the server's host pinned) raise no queueing
+  hypothesis, so the concurrency step is not ordered for the host's noise.
 - A default check on the healthy simulator sends at most 20 requests, counted at the server.
 
 The faulty profiles keep their diagnosis: tests/test_diagnosis.py.
@@ -51,6 +53,21 @@ def test_a_first_request_not_slower_argues_against_a_cold_start_though_the_clien
     # control: a difference the lag explains says nothing either way
     seen, _ = first_pass(_facts(first_ttft_ms=190.0, first_lag_ms=100.0))
     assert _cold(seen) == []
+
+
+def _queueing(seen: list[tuple[str, float, str]]) -> list[float]:
+    return [lr for hyp, lr, _ in seen if hyp == "queueing"]
+
+
+def test_first_tokens_spread_by_a_busy_host_are_not_queueing() -> None:
+    spread = dict(warm_ttft_ms=40.0, ttft_p90_ms=90.0)
+    busy = Confounders(jitter_ms=50.0, host_cpu=100.0, server_local=True)
+    assert _queueing(first_pass(_facts(**spread, confounders=busy))[0]) == []
+    lagging = Confounders(jitter_ms=50.0, lag_ms=8.0)
+    assert _queueing(first_pass(_facts(**spread, confounders=lagging))[0]) == []
+    # control: the same spread on a quiet host is (weak) evidence of waiting
+    quiet = Confounders(jitter_ms=50.0, host_cpu=20.0, server_local=True, lag_ms=0.5)
+    assert _queueing(first_pass(_facts(**spread, confounders=quiet))[0]) == [WEAK]
 
 
 def _read_prefill(per_token_ms: float) -> dict[str, float]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from llmdoctor.diagnosis.confounders import (
+    BUSY_CPU,
     NOISE_MULTIPLE,
     Confounders,
     confounders_from,
@@ -148,6 +149,11 @@ def symptom(f: Facts) -> str:
     return text
 
 
+def _busy_host(c: Confounders) -> bool:
+    """Identical requests vary for a reason of their own: llmdoctor lagged, or the server's host was busy."""
+    return c.noisy_client or (c.server_local and c.host_cpu is not None and c.host_cpu >= BUSY_CPU)
+
+
 def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     """Evidence from the cheap first pass."""
     out: list[Seen] = []
@@ -177,7 +183,7 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         out.append(("server_floor", 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
     impacts["server_floor"] = (warm, 'warm "Say ok." time to first token')
     spread = f.ttft_p90_ms - warm
-    if c.split is None and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
+    if c.split is None and not _busy_host(c) and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
         out.append(("queueing", WEAK, f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
     preempted = c.preemptions is not None and c.preemptions > 0
     if f.waiting is not None and f.waiting >= 1 and not preempted:  # with preemptions: waiting for KV blocks
