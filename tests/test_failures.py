@@ -164,3 +164,23 @@ def test_nginx_without_a_limit_is_the_control(capsys: pytest.CaptureFixture[str]
     with SimServer(get_profile("healthy")) as sim, Nginx([("127.0.0.1", sim.port)]) as gw:
         report, _ = _check(capsys, gw.url, "--no-followup")
     assert not _ld002(report) and report["requests"]["generation"]["failed"] == 0
+
+
+def test_nginx_limit_req_answering_429_is_rate_limiting_counted_from_its_own_log(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Debian's nginx with ``limit_req`` and ``limit_req_status 429`` (as operators set it for APIs): real
+    429s from a real gateway. Every one is counted (nginx's access log agrees), the run is never OK, and
+    the cause is rate limiting, not the model loading."""
+    with SimServer(get_profile("healthy")) as sim, \
+            Nginx([("127.0.0.1", sim.port)], http_directives=[LIMIT_ZONE],
+                  locations={"/v1/chat/completions": ["limit_req zone=gen;", "limit_req_status 429;"]}) as gw:
+        report, code = _check(capsys, gw.url, "--no-followup")
+        refused = sum(1 for line in (gw.dir / "access.log").read_text().splitlines() if '" 429 ' in line)
+    (finding,) = _ld002(report)
+    assert finding["cause"] == "rate_limiting" and finding["severity"] == "warning", finding
+    evidence = {e["label"]: e["value"] for e in finding["evidence"]}
+    generation = report["requests"]["generation"]
+    assert refused == generation["failures"]["HTTP 429"] >= 2, (refused, generation)
+    assert evidence["failed"] == generation["failed"], (evidence, generation)
+    assert code >= 1 and report["status"] != "ok"
+    assert "LD305" not in all_finding_ids(report)

@@ -1,0 +1,110 @@
+"""A default check on a busy host and the conclusions it must hold (issue 15's noise acceptance).
+
+Shared by tests/test_noise.py (one round, asserted) and bench/noise.py (ten rounds, counted).
+`one_round` serves a simulator profile from a process of its own, starts one bounded busy loop per
+core (stopped afterwards), runs ``llmdoctor check --json`` as a process of its own and reads its
+report with `conclusions`:
+
+- every profile: the report says the client host was saturated (on a quiet host: that it was
+  not), and no negative fixed cost is shown;
+- ``healthy``: no confirmed cause, and no warning or critical finding but LD208's (the server runs on
+  this machine, whose CPUs the loops keep busy: that warning is true);
+- ``slow-floor``: the floor is named (LD701 fires, alone or folded under a cause) and its median
+  total is within 25% of what the simulator's own latency model predicts for that request;
+- ``slow-decode``: slow decode is named (LD703 fires), its per-token cost within 25% of the model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS
+from llmdoctor.sim.profiles import get_profile
+from tests.processes import busy_loops, serve_sim_process
+
+__all__ = ["PROFILES", "TOLERANCE", "conclusions", "one_round"]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ("healthy", "slow-floor", "slow-decode")
+#: How far a measured floor or per-token cost may be from the simulator's latency model.
+TOLERANCE = 0.25
+#: Long enough for the slowest profile's default check (~15 s quiet, ~2x busy), bounded either way.
+BUSY_SECONDS = 120.0
+
+
+def _findings(report: dict[str, Any], check_id: str) -> list[dict[str, Any]]:
+    return [g for f in report["findings"] for g in (f, *f["supporting"]) if g["check_id"] == check_id]
+
+
+def _evidence(finding: dict[str, Any], label: str) -> Any:
+    return next((e["value"] for e in finding["evidence"] if e["label"] == label), None)
+
+
+def _within(measured: float | None, expected: float) -> bool:
+    return measured is not None and abs(measured - expected) <= TOLERANCE * expected
+
+
+def conclusions(profile: str, report: dict[str, Any], *, busy: bool = True) -> dict[str, bool]:
+    """Each conclusion this profile's report must hold on a busy (or quiet) host, and whether it held."""
+    host = report.get("client_host") or {}
+    breakdown = report.get("breakdown") or {}
+    fixed = breakdown.get("fixed_ms")
+    out = {
+        "says the host was saturated" if busy else "says the host was not saturated":
+            bool(host.get("saturated")) == busy,
+        "no negative fixed cost": fixed is None or fixed >= 0,
+    }
+    confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+    model = get_profile(profile)
+    if profile == "healthy":
+        out["no confirmed cause"] = not confirmed
+        # LD208 is right to warn when the server's host is this busy machine: nothing else may
+        out["no other warning or critical"] = not [f for f in report["findings"]
+                                                   if f["severity"] != "info" and f["check_id"] != "LD208"]
+    elif profile == "slow-floor":
+        ld701 = _findings(report, "LD701")
+        floor = next((f for f in ld701 if f["title"].startswith("High latency floor")), None)
+        p50 = _evidence(floor, "total p50") if floor else None
+        # "Say ok." is a handful of prompt tokens (0.05 ms each): its cost is the floor and the 8 tokens decoded
+        expected = model.expected_total_ms(0, BASELINE_MAX_TOKENS)
+        out["floor named"] = floor is not None
+        out[f"floor within {TOLERANCE:.0%} of the model"] = _within(p50, expected)
+    elif profile == "slow-decode":
+        ld703 = _findings(report, "LD703")
+        per = _evidence(ld703[0], "per output token") if ld703 else None
+        out["slow decode named"] = bool(ld703)
+        out[f"per-token cost within {TOLERANCE:.0%} of the model"] = _within(per, model.per_output_token_ms)
+    return out
+
+
+def check_report(url: str, timeout: float = 240.0) -> dict[str, Any]:
+    """The default check of `url` as a process of its own; its JSON report."""
+    done = subprocess.run([sys.executable, "-m", "llmdoctor", "check", "-e", url, "--json"],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if done.returncode not in (0, 1, 2):
+        raise RuntimeError(f"llmdoctor check exited {done.returncode}: {done.stderr[-1000:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+@contextlib.contextmanager
+def host(busy: bool) -> Iterator[None]:
+    """Busy loops on every core while in it (or nothing, for the quiet control)."""
+    if not busy:
+        yield
+        return
+    with busy_loops(seconds=BUSY_SECONDS):
+        yield
+
+
+def one_round(profile: str, busy: bool = True) -> tuple[dict[str, bool], dict[str, Any]]:
+    """One default check of `profile` on a busy (or quiet) host: its conclusions and its report."""
+    with serve_sim_process(profile) as (port, _), host(busy):
+        report = check_report(f"http://127.0.0.1:{port}/v1")
+    return conclusions(profile, report, busy=busy), report
