@@ -15,6 +15,7 @@ The faulty profiles keep their diagnosis: tests/test_diagnosis.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from llmdoctor.diagnosis.confounders import Confounders
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, first_pass
 from llmdoctor.diagnosis.scoring import STRONG, WEAK
 from llmdoctor.probes.catalog import FIRST_REQUEST, LONE_REQUEST, PREFILL, SERVER_METRICS
+from llmdoctor.probes.followup import LoneRequestResult
 from llmdoctor.probes.prefill import PrefillResult
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
@@ -84,17 +86,24 @@ def test_cheap_prompt_tokens_argue_against_a_prefix_cache_miss() -> None:
     assert "prefix_cache_miss" not in _read_prefill(1.5)
 
 
-def test_lone_request_reads_the_baseline_scrapes_when_only_ours_moved_them() -> None:
+def _lone_after_baseline(other_traffic: bool) -> tuple[LoneRequestResult, int]:
+    """The run's order (first request, then scrape, baseline, scrape), then the lone-request test:
+    its result and the requests it sent, counted at the server."""
     with SimServer(get_profile("healthy")) as server:
         ctx = Context(target=Target(base_url=server.base_url), options=Options())
         try:
-            ctx.get(FIRST_REQUEST)  # the run's order: the first request, then scrape, baseline, scrape
-            ctx.get(SERVER_METRICS)
+            ctx.get(FIRST_REQUEST)
+            with BackgroundLoad(server.url) if other_traffic else contextlib.nullcontext():
+                ctx.get(SERVER_METRICS)
             before = server.requests_received
             lone = ctx.get(LONE_REQUEST)
-            sent = server.requests_received - before
+            return lone, server.requests_received - before
         finally:
             ctx.close()
+
+
+def test_lone_request_reads_the_baseline_scrapes_when_only_ours_moved_them() -> None:
+    lone, sent = _lone_after_baseline(other_traffic=False)
     assert sent == 0
     assert lone.from_baseline == 5 and lone.requests_seen == 5
     assert lone.server_queue_ms is not None and lone.server_queue_ms < 5
@@ -102,17 +111,7 @@ def test_lone_request_reads_the_baseline_scrapes_when_only_ours_moved_them() -> 
 
 
 def test_lone_request_is_sent_when_other_traffic_moved_the_histograms() -> None:
-    with SimServer(get_profile("healthy")) as server:
-        ctx = Context(target=Target(base_url=server.base_url), options=Options())
-        try:
-            ctx.get(FIRST_REQUEST)
-            with BackgroundLoad(server.url):
-                ctx.get(SERVER_METRICS)
-            before = server.requests_received
-            lone = ctx.get(LONE_REQUEST)
-            sent = server.requests_received - before
-        finally:
-            ctx.close()
+    lone, sent = _lone_after_baseline(other_traffic=True)
     assert lone.from_baseline == 0
     assert sent == 3  # scrape, one lone request, scrape
 
