@@ -8,7 +8,8 @@ from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import BASELINE, DISCOVERY
+from llmdoctor.noise import explained_by_lag, timing_confidence
+from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, DISCOVERY
 
 MIN_SETUP_MS = 20.0
 SHARE_LIMIT = 0.25
@@ -42,6 +43,10 @@ class NetworkShare(Check):
     ## Caveats
     Measured from this machine: run llmdoctor where the application runs.
     Fires when set-up exceeds 20 ms and either 25% of the request or 150 ms.
+    On a busy client host a connect on loopback can take tens of ms because
+    llmdoctor (or the server) waited for a CPU: a set-up that llmdoctor's own
+    scheduling lag during that request explains (up to twice the lag) is not
+    reported, and the confidence is lowered on a saturated client host.
     """
 
     id = "LD401"
@@ -49,6 +54,7 @@ class NetworkShare(Check):
     title = "Network set-up share of a request"
     category = Category.NETWORK
     requires = (DISCOVERY, BASELINE)
+    optional = (CLIENT_HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         first = ctx.get(DISCOVERY).models_timing
@@ -61,6 +67,8 @@ class NetworkShare(Check):
         share = setup / (total + setup)
         if share < SHARE_LIMIT and setup < ABSOLUTE_LIMIT_MS:
             return
+        if explained_by_lag(setup, first.client_lag_ms):
+            return  # llmdoctor itself woke that late while connecting: a busy client, not the network
         severity = Severity.WARNING if share >= SHARE_LIMIT else Severity.INFO
         evidence = [
             Evidence("TCP connect (incl. DNS)", round(connect, 1), "ms", "discovery"),
@@ -68,9 +76,12 @@ class NetworkShare(Check):
         ]
         if first.tls_ms is not None:
             evidence.insert(1, Evidence("TLS handshake", round(tls, 1), "ms", "discovery"))
+        if first.client_lag_ms is not None:
+            evidence.append(Evidence("llmdoctor's own worst lag meanwhile", round(first.client_lag_ms, 1), "ms",
+                                     "discovery"))
         yield Finding(
             severity,
-            Confidence.MEDIUM,
+            timing_confidence(Confidence.MEDIUM, host=ctx.optional(CLIENT_HOST), timings=(first,)),
             f"Connection set-up costs {setup:,.0f} ms ({share:.0%} of a request)",
             f"A new connection to {ctx.target.host if ctx.target else 'the endpoint'} costs {setup:,.0f} ms "
             f"before the server sees the request; a warm request takes {total:,.0f} ms.",

@@ -16,6 +16,10 @@ CHECKS: tuple[Row, ...] = (
         'llmdoctor.checks.ld001_reachability:Reachability', ('discovery',), ('first_request', 'host'),
     ),
     (
+        'LD002', 'generation-failures', 'Generation requests failing after the first', 'endpoint', 2,
+        'llmdoctor.checks.ld002_generation_failures:GenerationFailures', ('request_outcomes',), ('first_request',),
+    ),
+    (
         'LD101', 'prompt-tokens', 'Prompt token count vs context window', 'input', 101,
         'llmdoctor.checks.ld101_prompt_tokens:PromptTokenCount', ('requests', 'prompt_tokens'), ('prefill', 'sweep'),
     ),
@@ -68,6 +72,10 @@ CHECKS: tuple[Row, ...] = (
         'llmdoctor.checks.ld210_log_preemption:LogPreemption', ('logs',), ('baseline',),
     ),
     (
+        'LD211', 'slow-replica', 'One replica slower than the others', 'server', 211,
+        'llmdoctor.checks.ld211_slow_replica:SlowReplica', ('baseline',), ('sweep',),
+    ),
+    (
         'LD301', 'cold-start', 'Cold start on the first request', 'cold_start', 301,
         'llmdoctor.checks.ld301_cold_start:ColdStart', ('first_request', 'baseline'), (),
     ),
@@ -90,7 +98,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD401', 'network-share', 'Network set-up share of a request', 'network', 401,
-        'llmdoctor.checks.ld401_network_share:NetworkShare', ('discovery', 'baseline'), (),
+        'llmdoctor.checks.ld401_network_share:NetworkShare', ('discovery', 'baseline'), ('client_host',),
     ),
     (
         'LD402', 'slow-dns', 'Slow DNS resolution', 'network', 402, 'llmdoctor.checks.ld402_slow_dns:SlowDns', ('dns',),
@@ -170,15 +178,15 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD701', 'baseline-floor', 'Baseline "Say ok." floor', 'baseline', 701,
-        'llmdoctor.checks.ld701_baseline_floor:BaselineFloor', ('baseline',), (),
+        'llmdoctor.checks.ld701_baseline_floor:BaselineFloor', ('baseline',), ('client_host',),
     ),
     (
         'LD702', 'flat-latency', 'Flat-latency fit: fixed vs per-token cost', 'baseline', 702,
-        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), (),
+        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), ('client_host',),
     ),
     (
         'LD703', 'decode-speed', 'Decode speed per output token', 'baseline', 703,
-        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', ('sweep',), (),
+        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', ('sweep',), ('client_host',),
     ),
     (
         'LD710', 'slo-breached', 'Latency SLOs', 'baseline', 710, 'llmdoctor.checks.ld710_slo:SloBreached', (),
