@@ -31,7 +31,8 @@ Sections (targets from the issue "Benchmarks: measurement fidelity, overhead, st
    back to polling VmHWM in /proc). Not ``RUSAGE_CHILDREN``: Python starts children with vfork,
    and Linux carries the parent's high-water mark over the exec, so that number includes this
    script's own RSS. Plus the log scanner's numbers from ``bench/logscan.py``.
-5. requests: what a default check sends, counted by the simulator (target <= 25).
+5. requests: what a default check sends to the healthy simulator (its own latencies, and the
+   zero-latency runs above), counted at the server; the worst of them (target <= 20).
 6. log scanner throughput vs ``grep -cE`` (from ``bench/logscan.py``; target >= 1/3).
 
 The simulator runs in a separate process, not on a thread of this one: llmdoctor's client and
@@ -73,7 +74,7 @@ TARGETS = {
     "startup_ratio": 3.0,
     "check_rss_mb": 120.0,
     "logscan_rss_mb": 100.0,
-    "requests": 25,
+    "requests": 20,
     "logscan_ratio": 1 / 3,
 }
 
@@ -393,6 +394,8 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
     zero = {"fixed_ms": 0, "per_output_token_ms": 0, "per_prompt_token_ms": 0, "jitter_ms": 0}
     with tempfile.TemporaryDirectory() as tmp:
         fast = [run_check("healthy", zero, Path(tmp)) for _ in range(repeats)]
+        # The healthy profile as it is (a 25 ms floor, 4 ms a token): what a default check sends it.
+        healthy = run_check("healthy", {}, Path(tmp))
         slow = run_check("slow-floor", {}, Path(tmp))
         # For attribution only: the same without the differential diagnosis' follow-up tests.
         fast_nf = run_check("healthy", zero, Path(tmp), ["--no-followup"])
@@ -400,7 +403,7 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
     own = _median([r["wall_s"] for r in fast])
     ratio = round(slow["wall_s"] / slow["server_busy_s"], 3)
     rss = max(r["peak_rss_mb"] or 0 for r in fast)
-    requests = max(r["requests_at_server"] for r in fast)
+    requests = max(r["requests_at_server"] for r in (*fast, healthy))
     return {
         "zero_latency_runs": fast,
         "own_cost_s": own,
@@ -411,7 +414,9 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
         "slow_ratio_met": ratio <= TARGETS["slow_ratio"],
         "peak_rss_mb": rss,
         "peak_rss_met": rss < TARGETS["check_rss_mb"],
+        "healthy_run": healthy,
         "requests_at_server": requests,
+        "requests_ratio": round(requests / TARGETS["requests"], 3),
         "requests_met": requests <= TARGETS["requests"],
         "without_followups": {
             "zero_latency_run": fast_nf,
@@ -532,8 +537,11 @@ def _table(result: dict[str, Any]) -> Iterator[str]:
           f"{nf['zero_latency_run']['wall_s']:>6.2f},{nf['slow_ratio']:>6.3f},{nf['zero_latency_run']['requests_at_server']:>4}"
     yield f"{'peak RSS of a default check (MB)':<52}{ov['peak_rss_mb']:>14.1f}{'< 120':>12}  " \
           f"{yes(ov['peak_rss_met'])}"
-    yield f"{'requests sent by a default check (at the server)':<52}{ov['requests_at_server']:>14}{'<= 25':>12}  " \
+    shown = f"<= {TARGETS['requests']:g}"
+    yield f"{'requests of a default check, healthy sim (at server)':<52}{ov['requests_at_server']:>14}{shown:>12}  " \
           f"{yes(ov['requests_met'])}"
+    yield f"{'  (ratio to the target; healthy run by path)':<52}{ov['requests_ratio']:>14.2f}  " + \
+          ", ".join(f"{path} {n}" for path, n in sorted(ov["healthy_run"]["requests_by_path"].items()))
     ls = result["logscan"]
     if "skipped" in ls:
         yield f"{'log scanner':<52}{'skipped':>14}  {ls['skipped']}"

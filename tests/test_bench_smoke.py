@@ -41,6 +41,8 @@ def test_bench_quick_writes_every_section(tmp_path: Path) -> None:
     run = overhead["zero_latency_runs"][0]
     assert run["exit_code"] in (0, 1, 2)  # a diagnosis was made (3 would be a tool failure)
     assert run["requests_at_server"] > 0 and run["timed_requests_saved"] > 0
+    healthy = overhead["healthy_run"]
+    assert healthy["requests_at_server"] == healthy["requests_reported"] > 0  # the report counts what the server saw
     assert overhead["peak_rss_mb"] > 0 and overhead["own_cost_s"] > 0 and overhead["slow_ratio"] > 0
 
     startup = result["startup"]

@@ -27,7 +27,7 @@ from llmdoctor.probes.host import HostResult
 from llmdoctor.probes.metrics import ServerMetricsResult
 from llmdoctor.stats import Split
 
-__all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_ms", "NOISE_MULTIPLE"]
+__all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_ms", "NOISE_MULTIPLE", "BUSY_CPU"]
 
 #: Seen, as in `llmdoctor.diagnosis.evidence`: (hypothesis, likelihood ratio, what was seen).
 Seen = tuple[str, float, str]

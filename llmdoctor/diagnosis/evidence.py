@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from llmdoctor.diagnosis.confounders import (
+    BUSY_CPU,
     NOISE_MULTIPLE,
     Confounders,
     confounders_from,
@@ -71,6 +72,7 @@ FAST_TOKEN_MS = 15.0
 SLOW_PREFILL_MS = 0.5     # per prompt token: a 1,000-token prompt adds 0.5 s
 FAST_PREFILL_MS = 0.2
 PREFILL_TOKENS = 1000     # prompt size the prefill impact is quoted for
+CACHE_WORTH_MS = 100.0    # a prefix cache saving less than this on such a prompt is no cause of latency
 SLOW_RTT_MS = 50.0
 FAST_RTT_MS = 5.0
 QUEUE_SLOWDOWN = 1.5      # worst of N parallel over a lone request
@@ -147,6 +149,11 @@ def symptom(f: Facts) -> str:
     return text
 
 
+def _busy_host(c: Confounders) -> bool:
+    """Identical requests vary for a reason of their own: llmdoctor lagged, or the server's host was busy."""
+    return c.noisy_client or (c.server_local and c.host_cpu is not None and c.host_cpu >= BUSY_CPU)
+
+
 def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     """Evidence from the cheap first pass."""
     out: list[Seen] = []
@@ -156,14 +163,15 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     if f.first_ttft_ms is not None:
         penalty = cold_start_penalty_ms(f.first_ttft_ms, f.first_setup_ms, warm)
         seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
-        if explained_by_lag(penalty, f.first_lag_ms):
+        if penalty <= max(50.0, 0.5 * warm):
+            # Before the lag: a stall of llmdoctor's own only makes the first request look slower.
+            out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
+        elif explained_by_lag(penalty, f.first_lag_ms):
             pass  # llmdoctor's own stall during the first request explains the difference
         elif penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
             out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
         elif penalty >= max(200.0, 2 * warm):
             out.append(("cold_start", STRONG, f"{seen}: {penalty:,.0f} ms more"))
-        elif penalty <= max(50.0, 0.5 * warm):
-            out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
         if penalty > 0:
             impacts["cold_start"] = (penalty, "first request minus warm median, time to first token")
     if c.split is not None:
@@ -175,7 +183,7 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         out.append(("server_floor", 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
     impacts["server_floor"] = (warm, 'warm "Say ok." time to first token')
     spread = f.ttft_p90_ms - warm
-    if c.split is None and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
+    if c.split is None and not _busy_host(c) and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
         out.append(("queueing", WEAK, f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
     preempted = c.preemptions is not None and c.preemptions > 0
     if f.waiting is not None and f.waiting >= 1 and not preempted:  # with preemptions: waiting for KV blocks
@@ -248,6 +256,12 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
         out.append(("long_prefill", DECISIVE, seen))
     elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
         out.append(("long_prefill", 1 / DECISIVE, seen))
+        saving = r.per_token_ms * PREFILL_TOKENS
+        if saving < CACHE_WORTH_MS:
+            # What a prefix cache saves is prompt work: this cheap, a miss costs no latency worth a test.
+            out.append(("prefix_cache_miss", 1 / STRONG,
+                        f"{seen}: a prefix cache would save under {CACHE_WORTH_MS:,.0f} ms on a "
+                        f"{PREFILL_TOKENS:,}-token prompt"))
         if r.short_ttft_ms >= FLOOR_MS:
             out.append(("server_floor", WEAK, f"{seen}: the floor is not prompt work"))
     else:
@@ -333,7 +347,7 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
         seen = f"server queue time {queue:,.1f} ms per request (its metrics, {r.requests_seen or 0:.0f} requests)"
         if queue >= max(20.0, 0.15 * (client or 0.0)):
             out += [("queueing", DECISIVE, seen), ("server_floor", 1 / WEAK, f"{seen}: waiting, not work")]
-            impacts["queueing"] = (queue, "server's mean queue time around a lone request")
+            impacts["queueing"] = (queue, "server's mean queue time of requests sent alone")
         elif queue <= 5.0:
             out.append(("queueing", 1 / STRONG, seen))
     if r.waiting_before is not None and r.waiting_before >= 1:
@@ -412,6 +426,10 @@ def _no_needs(ctx: Context) -> str | None:
     return None
 
 
+def _sends(ctx: Context) -> bool:
+    return False
+
+
 class FollowUpTest(Protocol):
     """What the planner knows of a follow-up test, whatever its probe's result type."""
 
@@ -430,6 +448,9 @@ class FollowUpTest(Protocol):
 
     def unmet(self, ctx: Context) -> str | None:
         """Why it cannot run here (None: it can)."""
+
+    def answered_by_checklist(self, ctx: Context) -> bool:
+        """Whether its probe would read the checklist's measurements and send nothing."""
 
     def outcome(self, ctx: Context, facts: Facts, source: AnyProbe | None = None) -> Reading:
         """Measure (or read, from `source`) its probe and read the result; `ProbeUnavailable` when none."""
@@ -452,6 +473,8 @@ class FollowUp(Generic[T]):
     read: Callable[[T, Facts], Reading]
     also: tuple[Probe[T], ...] = ()
     needs: Callable[[Context], str | None] = _no_needs
+    #: Whether the probe would answer from the checklist's measurements (then the test costs nothing).
+    reuses: Callable[[Context], bool] = _sends
 
     def sources(self) -> tuple[AnyProbe, ...]:
         return (self.probe, *self.also)
@@ -461,6 +484,9 @@ class FollowUp(Generic[T]):
 
     def unmet(self, ctx: Context) -> str | None:
         return self.needs(ctx)
+
+    def answered_by_checklist(self, ctx: Context) -> bool:
+        return self.reuses(ctx)
 
     def outcome(self, ctx: Context, facts: Facts, source: AnyProbe | None = None) -> Reading:
         probe = next((p for p in (self.probe, *self.also) if p is source), self.probe)
@@ -482,6 +508,12 @@ def _needs_metrics(ctx: Context) -> str | None:
     return None
 
 
+def _baseline_bracket_serves(ctx: Context) -> bool:
+    from llmdoctor.probes.followup import baseline_bracket
+
+    return _needs_metrics(ctx) is None and baseline_bracket(ctx) is not None
+
+
 # Built without a type context, so each test keeps its probe's result type.
 _TESTS = (
     FollowUp(SWEEP, "output-length sweep (decode vs floor)",
@@ -495,7 +527,8 @@ _TESTS = (
     FollowUp(LONE_REQUEST, "metrics deltas around a lone request (server queue vs work)",
              {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3),
               "gateway_overhead": (0.8, 0.2)},
-             lambda f, o: f.warm_total_ms / 1000 + 0.1, _lone, needs=_needs_metrics),
+             lambda f, o: f.warm_total_ms / 1000 + 0.1, _lone, needs=_needs_metrics,
+             reuses=_baseline_bracket_serves),
     FollowUp(FOLLOWUP_CONCURRENCY, "concurrency step: 1 vs 2 at once (queueing vs compute)",
              {"queueing": (0.95, 0.05), "server_floor": (0.7, 0.3)},
              lambda f, o: 4 * f.warm_total_ms / 1000, _concurrency, also=(CONCURRENCY,)),

@@ -87,6 +87,8 @@ def _bits(d: Diagnosis, f: FollowUpTest) -> float:
 
 def _measured(ctx: Context, f: FollowUpTest) -> AnyProbe | None:
     """A probe of the run's schedule that answers `f` (so it is free), else None."""
+    if f.answered_by_checklist(ctx):
+        return f.probe  # it reads what the checklist measured and sends nothing
     for probe in f.sources():
         if ctx.scheduled(probe) and ctx.optional(probe) is not None:
             return probe

@@ -131,8 +131,10 @@ def _followup_idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _lone_request_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("GET", o.evidence.metrics_url or f"{e.root}/metrics", "-", 2, "before and after the request"),
-            request("POST", e.chat, CHAT_BODY, 1)]
+    unless = "none when the scrapes around the baseline hold only its requests"
+    return [request("GET", o.evidence.metrics_url or f"{e.root}/metrics", "-", 2,
+                    f"before and after the request; {unless}"),
+            request("POST", e.chat, CHAT_BODY, 1, unless)]
 
 
 def _native_timings_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -146,8 +148,9 @@ def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 def _diagnosis_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST/GET", f"{e.chat}, {e.root}/metrics", "follow-up tests", o.diagnosis.followup_requests,
-                    "the differential diagnosis orders only the tests that still tell its hypotheses apart "
-                    "(prompt-length pair, lone request, 2 at once, repeated prompt, 2 s idle), within --budget")]
+                    "the differential diagnosis orders only the tests whose outcome can still change its "
+                    "conclusion (prompt-length pair, lone request, 2 at once, repeated prompt, 2 s idle), "
+                    "within --budget; the checklist's own measurements answer some of them")]
 
 
 # -- what switches a probe off --------------------------------------------------------------------

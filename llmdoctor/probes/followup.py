@@ -4,7 +4,9 @@
   the ``concurrency`` probe run with a fixed, small N instead of the opt-in ``--concurrency``;
 - ``followup_idle``: the after-idle test (``idle``) with a short wait chosen by the planner;
 - ``lone_request``: backend metrics scraped around one lone "Say ok." request, so the server's
-  own queue time and time to first token can be set against the client's;
+  own queue time and time to first token can be set against the client's; read from the
+  checklist's own scrapes around the baseline instead (nothing sent) when they hold exactly the
+  baseline's requests, each sent alone (`baseline_bracket`);
 - ``repeat_prompt``: the same long prompt sent twice: a faster second answer means the server
   reuses the prompt's KV cache (prefix caching); its first send also prices prefill.
 
@@ -37,6 +39,7 @@ __all__ = [
     "RepeatPromptResult",
     "followup_concurrency",
     "followup_idle",
+    "baseline_bracket",
     "lone_request",
     "repeat_prompt",
 ]
@@ -70,11 +73,15 @@ class LoneRequestResult:
     server_queue_ms: float | None = None
     waiting_before: float | None = None
     running_before: float | None = None
+    #: Read from the scrapes around the baseline: how many of its requests (0: one lone request was sent).
+    from_baseline: int = 0
+    #: The client's mean time to first token over those requests (the server's figures are means too).
+    client_mean_ttft_ms: float | None = None
 
     @property
     def client_ttft_ms(self) -> float | None:
-        """Time to first token as the client saw it."""
-        return self.request.ttft_ms
+        """Time to first token as the client saw it (the mean over the baseline's requests when read from them)."""
+        return self.client_mean_ttft_ms if self.from_baseline else self.request.ttft_ms
 
     @property
     def outside_server_ms(self) -> float | None:
@@ -92,8 +99,38 @@ def _mean_delta_ms(before: Histogram | None, after: Histogram | None) -> tuple[f
     return (after.sum - before.sum) / count * 1000, count
 
 
+def baseline_bracket(ctx: Context) -> LoneRequestResult | None:
+    """The lone-request reading from the scrapes around the baseline, or None where they cannot serve.
+
+    The baseline sends its requests one after the other, each alone, between the checklist's two
+    scrapes: where the server's TTFT (or queue-time) histogram moved by exactly the number of those
+    requests, every one of them succeeded and no counter was reset, the histograms hold our requests
+    and nothing else, and their means say what one lone request would (from more requests).
+    """
+    metrics = ctx.optional(SERVER_METRICS)
+    base = ctx.optional(BASELINE)
+    if metrics is None or base is None or metrics.after is None or metrics.delta is None:
+        return None
+    window = [*base.warmup[1:], *base.samples]  # the first request ran before the first scrape
+    if metrics.delta.counter_reset or not window or not all(t.ok and t.ttft_ms is not None for t in window):
+        return None
+    ttft_ms, seen = _mean_delta_ms(metrics.before.ttft, metrics.after.ttft)
+    queue_ms, queued = _mean_delta_ms(metrics.before.queue_time, metrics.after.queue_time)
+    counts = [c for c in (seen, queued) if c is not None]
+    if not counts or any(c != len(window) for c in counts):
+        return None  # other traffic (or requests the server did not record) moved the histograms
+    client = sum(t.ttft_ms or 0.0 for t in window) / len(window)
+    return LoneRequestResult(
+        backend=metrics.after.backend, request=window[-1], requests_seen=counts[0], server_ttft_ms=ttft_ms,
+        server_queue_ms=queue_ms, from_baseline=len(window), client_mean_ttft_ms=client)
+    # No gauges before "ours": the first pass read that scrape's queue already (counted once).
+
+
 def lone_request(ctx: Context) -> LoneRequestResult:
-    """Scrape the backend's Prometheus metrics, send one minimal request, scrape again (3 requests)."""
+    """Scrape the backend's Prometheus metrics, send one minimal request, scrape again (3 requests).
+
+    Nothing is sent where the scrapes around the baseline already serve (`baseline_bracket`).
+    """
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
     from llmdoctor.probes.metrics import fetch_text, normalize
@@ -103,6 +140,9 @@ def lone_request(ctx: Context) -> LoneRequestResult:
         raise ProbeUnavailable("no backend metrics to read around a request")
     if metrics.before.ttft is None and metrics.before.queue_time is None:
         raise ProbeUnavailable(f"{metrics.backend} exports no TTFT or queue-time histogram")
+    reused = baseline_bracket(ctx)
+    if reused is not None:
+        return reused
     base = ctx.get(BASELINE)
     url = ctx.options.evidence.metrics_url or metrics.url or "/metrics"
     text = fetch_text(ctx, url)
