@@ -103,7 +103,7 @@ def _prompt_size_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     # Two prompts: vLLM answers each /tokenize at once; finding llama-cpp-python's, llama.cpp's
     # (/apply-template first) or TGI's takes up to 4 requests for the first, 2 for the second.
     return [request("POST", f"{e.root}/tokenize", '{"messages": [a filler prompt of 0 or 200 words]}', 6,
-                    "only when the context window is under 4,000 tokens")]
+                    "only when the context window is under 4,096 tokens")]
 
 
 def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:

@@ -1,9 +1,11 @@
 """Probe ``prompt_size``: how many filler words fit the model's window, by the server's own tokenizer.
 
 The long prompts of the prefill and repeated-prompt probes are filler words (`filler_prompt`).
-Tokens a word differ tenfold between tokenizers: common BPE vocabularies spend ~1.3 tokens on an
-English word, the small byte-level BPE of the vLLM tier ~2, a character-level one more. A 512-word
-prompt is then ~1,050 tokens: over a 1,024-token window, and vLLM answers HTTP 400 (issue 16).
+Tokens a word differ severalfold between tokenizers: common BPE vocabularies spend ~1.3 tokens on
+an English word; the small byte-level BPE of the vLLM tier spends 3.06 on these filler words (vLLM
+0.32 ``/tokenize``, measured by tests/integration/test_vllm.py), plus 50 for the nonce, the
+instruction and the chat template. The old 512-word prompt was then ~1,600 tokens: over a
+1,024-token window, and vLLM answered HTTP 400 (issue 16).
 
 When the window is small enough for that to matter (under `SIZE_BELOW_TOKENS`), this probe sends
 two filler prompts, with no filler words and with `SAMPLE_WORDS`, to the server's tokenizer — vLLM
@@ -31,10 +33,11 @@ __all__ = [
 LONG_SHARE = 0.5
 #: Filler words in the sample sent to the tokenizer.
 SAMPLE_WORDS = 200
-#: The worst tokens-per-word assumed without the server's count (a character-heavy tokenizer).
-WORST_TOKENS_PER_WORD = 3.0
-#: Windows from this size up hold the longest probe prompt (1,000 words) at the worst rate: no sizing.
-SIZE_BELOW_TOKENS = 4000
+#: The tokens a word assumed without the server's count: above the vLLM tier's 3.06.
+WORST_TOKENS_PER_WORD = 4.0
+#: Windows from this size up hold the longest probe prompt (1,000 words, ~50 fixed tokens) at the
+#: worst rate: no sizing.
+SIZE_BELOW_TOKENS = 4096
 
 _WORDS = (
     "river stone garden window paper light music forest winter summer table simple yellow "
