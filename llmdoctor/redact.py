@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from llmdoctor.patterns import LazyPattern
+
 __all__ = [
     "MASK",
     "SENSITIVE_HEADERS",
@@ -45,12 +47,12 @@ SENSITIVE_HEADERS: frozenset[str] = frozenset(
 
 # Other names that look like credentials: x-my-api-key, x-csrf-token, x-client-secret, ...
 # ("x-ratelimit-remaining-tokens" or "x-prompt-tokens" do not match: "tokens" is not "token").
-_SENSITIVE_NAME = re.compile(
+_SENSITIVE_NAME = LazyPattern(
     r"(?:^|[-_])(?:api[-_]?key|token|secret|password|passwd|credentials?|session|auth)(?:$|[-_])"
 )
 
 # A bearer token of any origin (one the redactor was not told about, echoed by a proxy).
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
+_BEARER = LazyPattern(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 
 
 def mask_secret(value: str) -> str:

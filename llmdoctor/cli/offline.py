@@ -18,19 +18,19 @@ __all__ = ["explain", "list_checks", "replay"]
 @click.option("--json", "as_json", is_flag=True, help="List as JSON.")
 def list_checks(as_json: bool) -> None:
     """List the checklist: ids, names, categories and titles, in the order they run."""
-    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import available_checks
 
-    registry = load_registry()
+    registry = available_checks()  # from the generated index: no check module is imported
     if as_json:
         import json
 
-        rows = [{"id": c.id, "name": c.name, "category": c.category.value, "title": c.title,
-                 "requires": [p.name for p in c.requires], "optional": [p.name for p in c.optional]}
+        rows = [{"id": c.id, "name": c.name, "category": c.category, "title": c.title,
+                 "requires": list(c.requires), "optional": list(c.optional)}
                 for c in registry.checks]
         click.echo(json.dumps(rows, indent=2))
         return
     for c in registry.checks:
-        click.echo(f"{c.id:<7}{c.category.value:<12}{c.name:<28}{c.title}")
+        click.echo(f"{c.id:<7}{c.category:<12}{c.name:<28}{c.title}")
     for err in registry.errors:
         click.echo(f"(plugin {err.name} failed to load: {err.reason})", err=True)
 
@@ -41,9 +41,9 @@ def explain(check_id: str) -> None:
     """Print a check's documentation: what it checks, why it matters, how to fix it."""
     import inspect
 
-    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import find_check
 
-    check_cls = load_registry().by_id(check_id)
+    check_cls = find_check(check_id)
     if check_cls is None:
         raise UsageProblem(f"no check {check_id!r}; `llmdoctor checks` lists them")
     click.echo(f"{check_cls.id} {check_cls.name} — {check_cls.title}  [{check_cls.category.value}]\n")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from llmdoctor.target import Options, Target, TargetError, build_target, parse_headers
+if TYPE_CHECKING:  # imported where used: `llmdoctor --help` does not need them
+    from llmdoctor.target import Options, Target
 
 __all__ = [
     "EXIT_UNKNOWN",
@@ -51,6 +53,8 @@ def require_known_ids(select: Sequence[str], ignore: Sequence[str]) -> None:
 
 def header_args(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The --header values as pairs (a usage problem when one has no colon)."""
+    from llmdoctor.target import TargetError, parse_headers
+
     try:
         return parse_headers(values)
     except TargetError as exc:
@@ -61,6 +65,8 @@ def target_from_args(
     url: str, *, model: str | None, api_key_env: str | None, headers: tuple[tuple[str, str], ...] = ()
 ) -> Target:
     """The target of --endpoint/--model/--api-key-env/--header (`llmdoctor.target.build_target`)."""
+    from llmdoctor.target import TargetError, build_target
+
     try:
         return build_target(url, model=model, api_key_env=api_key_env, headers=headers)
     except TargetError as exc:
