@@ -280,8 +280,13 @@ class TestQueue:
         assert m["available"], m
         ld203 = [f for f in _findings(queue["report"]) if f["check_id"] == "LD203"]
         assert ld203, _summary(queue["report"])
-        queue_ms = next(e["value"] for e in ld203[0]["evidence"] if e["label"] == "queue time per request")
+        evidence = {e["label"]: e["value"] for e in ld203[0]["evidence"]}
+        queue_ms = next(v for label, v in evidence.items() if label.startswith("queue time per request"))
         assert queue_ms > 100
+        # Issue 16 item 3: a share of *our* TTFT only over our own requests, so never over 100%.
+        seen, ours = (int(n) for n in str(evidence["requests seen / ours"]).split(" / "))
+        share = [v for label, v in evidence.items() if "share" in label]
+        assert (share and 0 < share[0] <= 100) if seen == ours else not share, evidence
 
     def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
         """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it."""
