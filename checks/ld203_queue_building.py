@@ -10,6 +10,7 @@ from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
+from llmdoctor.probes.metrics import MetricsDelta
 
 MIN_QUEUE_MS = 50.0
 QUEUE_SHARE = 0.2
@@ -25,6 +26,8 @@ class QueueBuilding(Check):
     ``llamacpp:requests_deferred``), and the queue time of *our* requests,
     from the queue-time histogram's delta between the scrapes taken before
     and after the baseline (fires at 50 ms and 20% of TTFT or more).
+    The share of TTFT is given only when that delta holds exactly the
+    requests we sent: then queue and TTFT are means over the same requests.
 
     ## Why it adds latency
     A queued request pays the whole wait before its prefill starts: it adds
@@ -41,8 +44,13 @@ class QueueBuilding(Check):
 
     ## Caveats
     Gauges are instantaneous: a burst can look like a queue. Other clients'
-    traffic during the run counts in the histogram delta (the evidence says
-    how many requests the server saw vs how many were ours).
+    traffic during the run counts in the histogram delta: when the server
+    finished more (or fewer) requests in the window than we sent, the mean
+    is the server's, not ours; then no share of our TTFT is computed (vLLM
+    observes TTFT at the first token and queue time at the finish, so the
+    two histograms need not even cover the same requests: a "queue share"
+    of 171% was seen that way), the cost is capped at our own time to first
+    token (the queue is part of it), and confidence is medium.
     """
 
     id = "LD203"
@@ -57,15 +65,22 @@ class QueueBuilding(Check):
         waiting, running = m.worst("requests_waiting"), m.worst("requests_running")
         d = m.delta
         queue_ms = d.queue_ms if d else None
-        ttft_ms = d.ttft_ms if d and d.ttft_ms else None
-        if ttft_ms is None:
-            base = ctx.optional(BASELINE)
-            ttft_ms = base.ttft_p50_ms if base is not None else None
+        base = ctx.optional(BASELINE)
+        our_ttft_ms = base.ttft_p50_ms if base is not None else None
         if waiting is None and queue_ms is None:
             raise CheckSkipped(f"{m.backend} exports neither a queue gauge nor a queue-time histogram")
+        seen = _observed(d, "queue_time")
+        ours = queue_ms is not None and d is not None and d.our_requests > 0 and seen == d.our_requests
+        share: float | None = None  # shown: over our requests only
+        ratio: float | None = None  # decides whether the queue matters
+        if ours and d is not None and queue_ms is not None:
+            # Server TTFT over the same requests when its histogram also holds just ours, else our own TTFT.
+            ttft_ms = d.ttft_ms if d.ttft_ms and _observed(d, "ttft") == d.our_requests else our_ttft_ms
+            share = ratio = queue_ms / ttft_ms if ttft_ms else None
+        elif queue_ms is not None and our_ttft_ms:
+            ratio = min(queue_ms, our_ttft_ms) / our_ttft_ms  # a server-wide mean: at most all of our TTFT
         deep = waiting is not None and waiting >= 1 and waiting > (running or 0)
-        share = queue_ms / ttft_ms if queue_ms is not None and ttft_ms else None
-        slow = queue_ms is not None and queue_ms >= MIN_QUEUE_MS and (share is None or share >= QUEUE_SHARE)
+        slow = queue_ms is not None and queue_ms >= MIN_QUEUE_MS and (ratio is None or ratio >= QUEUE_SHARE)
         if not (deep or slow):
             return
         evidence = [Evidence("backend", m.backend, "", m.url)]
@@ -74,15 +89,23 @@ class QueueBuilding(Check):
         if running is not None:
             evidence.append(Evidence("requests running (max of 2 scrapes)", running, "", m.url))
         if queue_ms is not None and d is not None:
-            evidence.append(Evidence("queue time per request", round(queue_ms, 1), "ms", m.url))
-            if d.requests is not None:
-                evidence.append(Evidence("requests seen / ours", f"{d.requests:.0f} / {d.our_requests}", "", m.url))
+            label = "queue time per request" + ("" if ours else " (all requests the server finished)")
+            evidence.append(Evidence(label, round(queue_ms, 1), "ms", m.url))
+            if seen is not None:
+                evidence.append(Evidence("requests seen / ours", f"{seen:.0f} / {d.our_requests}", "", m.url))
         if share is not None:
-            evidence.append(Evidence("queue share of TTFT", round(100 * share, 1), "%", m.url))
-        if slow:
+            evidence.append(Evidence("queue share of TTFT (our requests)", round(100 * share, 1), "%", m.url))
+        if slow and ours:
             impact, basis, conf = queue_ms, "queue-time histogram delta over our requests", Confidence.HIGH
             what = f"Our requests waited {queue_ms:,.0f} ms each in the server's queue"
             what += f" ({share:.0%} of TTFT)." if share is not None else "."
+        elif slow and queue_ms is not None:
+            impact = min(queue_ms, our_ttft_ms) if our_ttft_ms else queue_ms
+            basis = ("server-wide queue-time mean (other requests in the window), at most our time to first token"
+                     if our_ttft_ms else "server-wide queue-time mean (other requests in the window)")
+            conf = Confidence.MEDIUM
+            what = (f"Requests the server finished while we measured waited {queue_ms:,.0f} ms each in its queue "
+                    f"({_count(seen)} requests, {d.our_requests if d else 0} of them ours).")
         else:
             e2e = m.latest.e2e.mean_ms if m.latest.e2e else None
             impact = waiting / max(running or 1, 1) * e2e if e2e and waiting else None
@@ -108,3 +131,14 @@ class QueueBuilding(Check):
             impact_basis=basis,
             evidence=tuple(evidence),
         )
+
+
+def _observed(d: MetricsDelta | None, histogram: str) -> float | None:
+    """Observations `histogram` gained over the window (recordings older than the counts: the requests seen)."""
+    if d is None:
+        return None
+    return d.counts.get(histogram, d.requests) if d.counts else d.requests
+
+
+def _count(n: float | None) -> str:
+    return "?" if n is None else f"{n:.0f}"

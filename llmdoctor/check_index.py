@@ -194,7 +194,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD703', 'decode-speed', 'Decode speed per output token', 'baseline', 703,
-        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', ('sweep',), ('client_host',),
+        'llmdoctor.checks.ld703_decode_speed:DecodeSpeed', (), ('sweep', 'baseline', 'server_metrics', 'client_host'),
     ),
     (
         'LD710', 'slo-breached', 'Latency SLOs', 'baseline', 710, 'llmdoctor.checks.ld710_slo:SloBreached', (),

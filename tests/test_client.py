@@ -595,6 +595,36 @@ def test_recorded_llamacpp_stream_counts_empty_byte_fallback_deltas_as_tokens(se
     assert t.first_content_ms is not None and t.ttft_ms is not None and t.ttft_ms <= t.first_content_ms
 
 
+def test_an_answer_whose_only_token_is_held_back_is_one_token(servers):
+    """vLLM 0.32 (fixtures/vllm/chat_stream_1token_empty.sse): a role chunk, then the token as empty content
+    with finish_reason "length" and no content before it. The answer finished, so its token was generated:
+    one token, and the time to first token is when it came (not "no token", not an error)."""
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    last = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 1}}
+    srv = servers(play(chunked_sse_response([role, last, usage], 0.002)))
+    with client_for(srv) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.ok, t
+    assert t.content_events == 1 and t.output_tokens == 1 and t.ttft_ms is not None
+    assert t.token_times_ms == [t.ttft_ms] and t.first_content_ms is None  # no text was shown
+
+
+def test_usage_counts_the_tokens_a_bare_finishing_chunk_carried(servers):
+    """A finishing ``delta: {}`` and then usage ``completion_tokens: 1``: the server generated a token that no
+    chunk showed; it came out with the finishing chunk, so that is the time to first token. The control: the
+    same stream with ``completion_tokens: 0`` has no first token."""
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+    for generated, has_ttft in ((1, True), (0, False)):
+        usage = {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": generated}}
+        srv = servers(play(chunked_sse_response([role, last, usage], 0.002)))
+        with client_for(srv) as c:
+            t = c.chat("hi", max_tokens=1)
+        assert t.ok and t.output_tokens == generated, t
+        assert (t.ttft_ms is not None) is has_ttft and len(t.token_times_ms) == generated
+
+
 def test_role_chunk_and_final_chunk_with_empty_content_are_not_tokens(servers):
     """vLLM and OpenAI open with ``{"role": "assistant", "content": ""}``; some servers close with an
     empty content delta next to finish_reason. Neither is a generated token."""

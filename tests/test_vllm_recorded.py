@@ -314,9 +314,10 @@ def test_a_recorded_one_token_stream_is_one_token() -> None:
     assert timing.ok and timing.content_events == 1 and timing.finish_reason == "length"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 3 (probe client, not in this branch): vLLM's last chunk "
-                   "carries the held-back token as empty content *with* finish_reason, which "
-                   "client._empty_token_delta does not count, so the answer reads as 0 tokens")
 def test_an_empty_one_token_stream_is_a_token_not_an_error() -> None:
+    """vLLM's last chunk carries the held-back token as empty content *with* finish_reason: the one token
+    of the answer, so the time to first token exists (it is when that chunk came)."""
     timing = _replay_stream("chat_stream_1token_empty.sse")
     assert timing.ok and timing.content_events == 1, (timing.error, timing.error_detail)
+    assert timing.output_tokens == 1 and timing.ttft_ms is not None and timing.token_times_ms == [timing.ttft_ms]
+    assert timing.finish_reason == "length" and timing.text == ""

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.native_clocks import NativeTimings
     from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
+    from llmdoctor.probes.prompt_size import PromptSize
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
     from llmdoctor.probes.timing import RequestTiming
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTRIBUTION", "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS",
     "DISCOVERY", "DNS", "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
-    "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_TOKENS", "REFERENCE",
-    "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
+    "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_SIZE", "PROMPT_TOKENS",
+    "REFERENCE", "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
 ]
 
 CHAT_BODY = '{"model", "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 8, "stream": true}'
@@ -101,6 +102,13 @@ def _server_tokens_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     # each further sampled body: at most /apply-template + /tokenize (2).
     return [request("POST", f"{e.root}/tokenize", '{"prompt" or "messages"}', 4 + 2 * (SERVER_TOKENS_SAMPLE - 1),
                     "a few of the --request bodies")]
+
+
+def _prompt_size_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    # Two prompts: vLLM answers each /tokenize at once; finding llama-cpp-python's, llama.cpp's
+    # (/apply-template first) or TGI's takes up to 4 requests for the first, 2 for the second.
+    return [request("POST", f"{e.root}/tokenize", '{"messages": [a filler prompt of 0 or 200 words]}', 6,
+                    "only when the context window is under 4,096 tokens")]
 
 
 def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -237,10 +245,14 @@ PROMPT_TOKENS: Probe[PromptTokens] = Probe(
     "prompt_tokens", "llmdoctor.probes.tokens:prompt_tokens", "llmdoctor.probes.tokens:PromptTokens",
     "prompt tokens of every request (server tokenizer, local tokenizer or estimate)",
     needs=(REQUESTS,), optional=(SERVER_TOKENS, CONTEXT_WINDOW), local=True)
+PROMPT_SIZE: Probe[PromptSize] = Probe(
+    "prompt_size", "llmdoctor.probes.prompt_size:prompt_size", "llmdoctor.probes.prompt_size:PromptSize",
+    "the server's tokens per filler word, so long probe prompts fit a small context window",
+    optional=(DISCOVERY,), plan=_prompt_size_plan)
 PREFILL: Probe[PrefillResult] = Probe(
     "prefill", "llmdoctor.probes.prefill:prefill", "llmdoctor.probes.prefill:PrefillResult",
     "a short and a long prompt: prefill cost per prompt token",
-    needs=(BASELINE,), optional=(DISCOVERY,), plan=_prefill_plan)
+    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_prefill_plan)
 TRANSPORT: Probe[TransportResult] = Probe(
     "transport", "llmdoctor.probes.transport:probe", "llmdoctor.probes.transport:TransportResult",
     "TCP round trip (handshakes), each resolved address in Happy-Eyeballs order, TLS handshake, keep-alive, "
@@ -279,7 +291,7 @@ LONE_REQUEST: Probe[LoneRequestResult] = Probe(
 REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
     "repeat_prompt", "llmdoctor.probes.followup:repeat_prompt", "llmdoctor.probes.followup:RepeatPromptResult",
     "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
-    needs=(BASELINE,), plan=_repeat_prompt_plan)
+    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_repeat_prompt_plan)
 NATIVE_TIMINGS: Probe[NativeTimings] = Probe(
     "native_timings", "llmdoctor.probes.native_clocks:native_timings", "llmdoctor.probes.native_clocks:NativeTimings",
     "Ollama: one request through its native /api/chat, for the server's own durations",
@@ -291,7 +303,8 @@ ATTRIBUTION: Probe[AttributionResult] = Probe(
 DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
-    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST),
+    # PROMPT_SIZE: measured in the first pass, so the prompts of the follow-ups it orders cost what they declare.
+    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST, PROMPT_SIZE),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True)
@@ -307,8 +320,8 @@ CLIENT_HOST: Probe[ClientHostResult] = Probe(
 #: The canonical measuring order (see the module docstring).
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
-    SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PREFILL, SWEEP,
-    NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
+    SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PROMPT_SIZE, PREFILL,
+    SWEEP, NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
     ATTRIBUTION, OUTCOMES, CLIENT_HOST,
 )
 

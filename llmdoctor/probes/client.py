@@ -272,6 +272,8 @@ class _StreamState:
     valid: int = 0
     malformed: int = 0
     last_event_ms: float | None = None
+    #: When the first finish_reason came: the last token's time if no token event showed it.
+    finish_ms: float | None = None
     content: list[str] = field(default_factory=list)
     content_len: int = 0
     reasoning: list[str] = field(default_factory=list)
@@ -349,18 +351,23 @@ def _int(value: Any) -> int | None:
     return int(n) if n is not None and n >= 0 else None
 
 
-def _empty_token_delta(delta: Any, choice: dict[str, Any]) -> bool:
-    """True for ``delta: {"content": ""}`` without a role or finish_reason: a token with no text yet.
+def _empty_token_delta(delta: Any, choice: dict[str, Any], *, first: bool) -> bool:
+    """True for ``delta: {"content": ""}`` without a role: a token whose text is not out yet.
 
-    A role chunk (vLLM/OpenAI send ``{"role": "assistant", "content": ""}`` first) and the final
-    chunk are not tokens.
+    A role chunk (vLLM/OpenAI send ``{"role": "assistant", "content": ""}`` first) is not a token.
+    A final chunk (with a finish_reason) is one only when it is the `first` token of the answer:
+    after tokens, an empty closing delta is bookkeeping; before any, the answer still finished, so
+    the model generated its token. vLLM 0.32 streams a ``max_tokens=1`` answer whose token is half
+    a UTF-8 character as a role chunk and then ``{"content": ""}`` with ``finish_reason: "length"``
+    (fixtures/vllm/chat_stream_1token_empty.sse; the detokenizer holds the partial bytes back,
+    ``vllm/v1/engine/detokenizer.py``); its ``completion_tokens`` is 1.
     """
     return (
         isinstance(delta, dict)
         and delta.get("content") == ""
         and "role" not in delta
         and not delta.get("tool_calls")
-        and not choice.get("finish_reason")
+        and (first or not choice.get("finish_reason"))
     )
 
 
@@ -979,6 +986,11 @@ class ProbeClient:
             timing.error_detail = f"{st.malformed} malformed data line(s) ignored"
         if timing.total_ms is None:
             timing.total_ms = _ms(time.perf_counter() - t0)
+        if timing.error is None and timing.ttft_ms is None and st.finish_ms is not None and timing.completion_tokens:
+            # No chunk showed a token, yet the server finished and counts them (usage): its
+            # tokens came out with the finishing chunk (an empty ``delta: {}`` closing a held-back one).
+            timing.ttft_ms = st.finish_ms
+            timing.token_times_ms.append(st.finish_ms)
         _tokens_from_headers(timing)
 
     def _on_event(self, event: SSEEvent, now_ms: float, timing: RequestTiming, st: _StreamState) -> None:
@@ -1022,9 +1034,10 @@ class ProbeClient:
                     timing.first_content_ms = now_ms
                 st.keep("content", content)
                 token = True
-            elif _empty_token_delta(delta, choice) and not reasoning:
+            elif _empty_token_delta(delta, choice, first=timing.ttft_ms is None) and not reasoning:
                 # llama.cpp sends one chunk per generated token; a byte-fallback token that does not
-                # complete a UTF-8 character arrives as an empty content delta. It is still a token.
+                # complete a UTF-8 character arrives as an empty content delta. It is still a token,
+                # and so is vLLM's held-back first token that closes the answer.
                 timing.content_events += 1
                 token = True
             if isinstance(reasoning, str) and reasoning:
@@ -1039,6 +1052,8 @@ class ProbeClient:
                     timing.ttft_ms = now_ms
             if choice.get("finish_reason"):
                 timing.finish_reason = str(choice["finish_reason"])
+                if st.finish_ms is None:
+                    st.finish_ms = now_ms
         self._apply_usage(obj, timing)
 
     @staticmethod

@@ -44,7 +44,7 @@ __all__ = [
     "repeat_prompt",
 ]
 
-#: Words of the repeated prompt (about 500 tokens).
+#: Words of the repeated prompt (about 500 tokens; fewer when they would fill half a small window).
 REPEAT_WORDS = 400
 
 
@@ -194,15 +194,16 @@ def repeat_prompt(ctx: Context) -> RepeatPromptResult:
     """Send one long prompt (fresh random prefix) twice with ``max_tokens=1`` (2 requests)."""
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import describe_failure
-    from llmdoctor.probes.prefill import filler_prompt
+    from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
 
     base = ctx.get(BASELINE)
     rng = random.Random()
-    prompt = filler_prompt(REPEAT_WORDS, rng)
+    words = long_prompt_words(ctx, REPEAT_WORDS + 12) - 12
+    prompt = filler_prompt(words, rng)
     timings = []
     for _ in range(2):
         timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra={"model": base.model, "temperature": 0})
         if not timing.ok or timing.ttft_ms is None:
             raise ProbeUnavailable(f"repeated-prompt request failed: {describe_failure(timing)}")
         timings.append(timing)
-    return RepeatPromptResult(REPEAT_WORDS, timings[0], timings[1])
+    return RepeatPromptResult(words, timings[0], timings[1])

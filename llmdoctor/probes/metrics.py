@@ -159,6 +159,9 @@ class MetricsDelta:
     e2e_ms: float | None = None
     inference_ms: float | None = None
     inter_token_ms: float | None = None
+    #: Observations each histogram gained (name as in `ServerMetrics`: "queue_time", "inter_token", ...):
+    #: compared with what we sent, they tell whether a mean is over our requests alone.
+    counts: dict[str, float] = field(default_factory=dict)
     preemptions: float | None = None
     preempted_per_request: float | None = None
     finished: dict[str, float] | None = None
@@ -450,6 +453,7 @@ def metrics_delta(before: ServerMetrics, after: ServerMetrics, our_requests: int
             delta.counter_reset = True
             continue
         d = Histogram(sum=b.sum - a.sum, count=b.count - a.count)
+        delta.counts[attr] = d.count
         if attr == "request_preemptions":  # not a time: preemptions per request finished in between
             delta.preempted_per_request = d.sum / d.count if d.count > 0 else None
             continue
@@ -517,10 +521,10 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
     if after is None:
         notes.append(f"second scrape failed: {why_after}")
         return ServerMetricsResult(before.backend, url, before, notes=notes)
-    # Ours: the baseline's requests sent after the first scrape (a run sends its first request
-    # before it; a caller that starts with this probe sends it in between).
+    # Ours: the baseline requests between the scrapes that the server answered (in a scheduled run the
+    # first request came before the first scrape), so a histogram that gained exactly these holds ours alone.
     sent = (*baseline.warmup, *baseline.samples) if baseline is not None else ()
-    ours = sum(1 for t in sent if t.started_at >= before.scraped_at)
+    ours = sum(1 for t in sent if t.ok and t.started_at >= before.scraped_at)
     result = ServerMetricsResult(before.backend, url, before, after, metrics_delta(before, after, ours), notes)
     if baseline is None:
         notes.append("baseline unavailable: the delta holds no requests of ours")

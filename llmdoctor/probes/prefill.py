@@ -1,8 +1,9 @@
 """Probe ``prefill``: what one prompt token costs before the first answer token.
 
-Two streamed chat requests with ``max_tokens=1``: a short prompt (~30 tokens)
-and a long one (~1,000 tokens of plain words, less when the context window is
-small). The difference of their times to first token over the difference of
+Two streamed chat requests with ``max_tokens=1``: a short prompt (~30 words)
+and a long one (1,000 words, fewer when they would fill more than half of the
+context window: counted by the server's tokenizer, probe ``prompt_size``, when
+the window is small). The difference of their times to first token over the difference of
 their prompt lengths is the prefill cost per prompt token, which the input and
 parameter checks multiply by the tokens a request spends.
 
@@ -19,16 +20,12 @@ from dataclasses import dataclass
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
+from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
 
-__all__ = ["PrefillResult", "filler_prompt", "prefill"]
+__all__ = ["PrefillResult", "prefill"]
 
 SHORT_WORDS = 30
 LONG_WORDS = 1000
-_WORDS = (
-    "river stone garden window paper light music forest winter summer table simple yellow "
-    "orange market bridge silver planet letter number morning evening doctor teacher window "
-    "country village ocean mountain valley island harbor castle engine rocket signal pocket"
-).split()
 
 
 @dataclass
@@ -50,14 +47,6 @@ class PrefillResult:
         return self.long_ttft_ms > self.short_ttft_ms and self.per_token_ms > 0
 
 
-def filler_prompt(body_words: int, rng: random.Random) -> str:
-    """A prompt of `body_words` filler words after a fresh random prefix (no prefix-cache hit) and an
-    instruction to answer "ok" (so the answer stays short whatever the length)."""
-    nonce = f"{rng.getrandbits(64):016x}"
-    body = " ".join(rng.choice(_WORDS) for _ in range(body_words))
-    return f"[{nonce}] Ignore the following words and reply with ok. {body}"
-
-
 def _prompt(words: int, rng: random.Random) -> str:
     """A prompt of about `words` words in all (the instruction counts 12)."""
     return filler_prompt(max(1, words - 12), rng)
@@ -69,8 +58,7 @@ def prefill(ctx: Context) -> PrefillResult:
         raise ProbeUnavailable("no successful baseline request: not measuring prefill")
     info = ctx.optional(DISCOVERY)
     model = getattr(info, "model", None)
-    window = ctx.options.workload.context_window or getattr(info, "context_window", None)
-    long_words = LONG_WORDS if not window else max(SHORT_WORDS * 4, min(LONG_WORDS, int(window * 0.5)))
+    long_words = long_prompt_words(ctx, LONG_WORDS, min_words=SHORT_WORDS * 2)
     rng = random.Random()
     extra = {"model": model} if model else None
     timings = []

@@ -50,6 +50,7 @@ __all__ = [
     "context_window",
     "prompt_tokens",
     "estimate_tokens",
+    "count_messages",
 ]
 
 SAMPLE = SERVER_TOKENS_SAMPLE
@@ -285,6 +286,24 @@ def _detect(ctx: Context, model: str | None, body: dict[str, Any]) -> tuple[_Api
         if counted is not None:
             return api, (counted[0], None, counted[1])
     return None, None
+
+
+def count_messages(ctx: Context, chats: list[list[dict[str, Any]]], model: str | None) -> tuple[list[int], str] | None:
+    """Tokens of each chat request's messages by the server's own tokenizer, and the API that counted them.
+
+    The same detection as `server_tokens` (vLLM first, then llama-cpp-python, llama.cpp, TGI: at most
+    4 requests for the first chat, 2 for each further one); None when the server offers none.
+    """
+    api, result = _detect(ctx, model, {"messages": chats[0]})
+    if api is None or result is None or result[0] is None:
+        return None
+    counts = [int(result[0])]
+    for messages in chats[1:]:
+        counted = _count_body(ctx, api, {"messages": messages})
+        if counted is None:
+            return None
+        counts.append(counted[0])
+    return counts, f"{api.name} {api.path}" + (" (chat template)" if result[2] else "")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,8 +30,12 @@ from typing import Any
 import httpx
 import pytest
 
+from llmdoctor.context import Context
+from llmdoctor.decode import server_decode
 from llmdoctor.probes.backends import BACKENDS
+from llmdoctor.probes.catalog import BASELINE, PREFILL, PROMPT_SIZE, REPEAT_PROMPT, SERVER_METRICS
 from llmdoctor.probes.metrics import normalize, parse_samples
+from llmdoctor.target import Options, Target
 from tests.cliutil import Result, run_process
 from tests.vllm_server import (
     KV_PRESSURE_ARGS,
@@ -183,6 +187,37 @@ class TestHealthy:
         # The API server's own process start, against our launch (process start times have ~1 s steps).
         assert m.process_start_time == pytest.approx(server.started_at, abs=2.0)
 
+    def test_probe_prompts_fit_the_window_one_token_answers_are_tokens_and_decode_has_the_servers_clock(
+            self, healthy: dict[str, Any]) -> None:
+        """Issue 16 item 3 on the real server. The long probe prompts are sized by vLLM's own /tokenize and
+        answered (the 512-word one got HTTP 400 before); every streamed ``max_tokens=1`` answer is one token
+        with a time to first token (about 7% carry only empty content); the baseline's window of vLLM's
+        inter-token histogram holds exactly our requests' gaps, so decode has the server's clock."""
+        server: VllmServer = healthy["server"]
+        ctx = Context(target=Target(base_url=server.base_url), options=Options.of(samples=3, max_requests=80))
+        try:
+            metrics = ctx.get(SERVER_METRICS)  # scrapes around the baseline, which runs inside
+            base = ctx.get(BASELINE)
+            prefill, repeat, size = ctx.get(PREFILL), ctx.get(REPEAT_PROMPT), ctx.get(PROMPT_SIZE)
+            one = [ctx.client.chat("Say ok.", max_tokens=1, extra={"model": server.model_id}) for _ in range(40)]
+        finally:
+            ctx.close()
+        assert size.window == MAX_MODEL_LEN and size.counted_by.startswith("vllm /tokenize"), size
+        rejected = [t.path for t in ctx.client.history if t.status == 400]
+        assert not rejected, rejected
+        half = MAX_MODEL_LEN // 2
+        assert prefill.tokens_source == "usage" and prefill.short_tokens < prefill.long_tokens <= half, prefill
+        assert repeat.first.ok and repeat.first.prompt_tokens is not None and repeat.first.prompt_tokens <= half
+        assert all(t.ok and t.ttft_ms is not None and t.output_tokens == 1 for t in one), \
+            [(t.error, t.error_detail, t.completion_tokens) for t in one if not t.ok or t.ttft_ms is None]
+        empty = sum(1 for t in one if t.first_content_ms is None)
+        decode = server_decode(metrics, (*base.warmup, *base.samples))
+        print(f"\nprompt_size: {size.tokens_per_word:.2f} tokens a word, {size.fixed_tokens} fixed; prefill "
+              f"{prefill.short_tokens}/{prefill.long_tokens} tokens; {empty}/40 empty one-token answers; "
+              f"server decode {decode}")
+        assert decode is not None and decode.per_token_ms > 0
+        assert decode.ours, decode  # nothing else ran in the window: the histogram gained our gaps exactly
+
     def test_log_shows_the_whole_cold_start_and_the_rejected_prompt(self, healthy: dict[str, Any]) -> None:
         """LD303 from the log's timestamps and process_start_time; LD209 from the 400's access line."""
         server: VllmServer = healthy["server"]
@@ -245,8 +280,13 @@ class TestQueue:
         assert m["available"], m
         ld203 = [f for f in _findings(queue["report"]) if f["check_id"] == "LD203"]
         assert ld203, _summary(queue["report"])
-        queue_ms = next(e["value"] for e in ld203[0]["evidence"] if e["label"] == "queue time per request")
+        evidence = {e["label"]: e["value"] for e in ld203[0]["evidence"]}
+        queue_ms = next(v for label, v in evidence.items() if label.startswith("queue time per request"))
         assert queue_ms > 100
+        # Issue 16 item 3: a share of *our* TTFT only over our own requests, so never over 100%.
+        seen, ours = (int(n) for n in str(evidence["requests seen / ours"]).split(" / "))
+        share = [v for label, v in evidence.items() if "share" in label]
+        assert (share and 0 < share[0] <= 100) if seen == ours else not share, evidence
 
     def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
         """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it."""
