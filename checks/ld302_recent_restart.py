@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
 
@@ -58,6 +58,7 @@ class RecentRestart(Check):
         if metrics is None and (host is None or host.server_process is None):
             raise CheckSkipped("neither backend metrics nor the server process are available")
         signs: list[tuple[str, Evidence]] = []
+        recurs = False  # a sign that cold starts come back: a sleeping engine, a keep-alive about to expire
         proc = host.server_process if host is not None else None
         if proc is not None and proc.uptime_s is not None and proc.uptime_s < RECENT_S:
             signs.append((f"process {proc.pid} ({proc.name}) started {proc.uptime_s:,.0f} s ago",
@@ -73,6 +74,7 @@ class RecentRestart(Check):
             if metrics.worst_sleeping():
                 signs.append(("the vLLM engine is asleep (weights offloaded): the next request wakes it",
                               Evidence("vllm:engine_sleep_state awake", 0, "", metrics.url)))
+                recurs = True
             before, after = metrics.before.models, metrics.latest.models
             if before is not None and after is not None:
                 fresh = sorted({x.name for x in after} - {x.name for x in before})
@@ -85,6 +87,7 @@ class RecentRestart(Check):
                     if left is not None and 0 <= left < EXPIRY_SOON_S:
                         signs.append((f"{x.name} unloads in {left:,.0f} s (keep-alive expiry)",
                                       Evidence("expires_at", x.expires_at, "", "/api/ps")))
+                        recurs = True
         if not signs:
             return
         first, base = ctx.optional(FIRST_REQUEST), ctx.optional(BASELINE)
@@ -106,6 +109,7 @@ class RecentRestart(Check):
                 ),
             ),
             impact_ms=penalty,
+            frequency=Frequency.RECURRING_COLD_START if recurs else Frequency.COLD_START,
             impact_basis=("first request TTFT minus warm median TTFT (measured)" if penalty is not None
                           else "not measured here; see LD301 for the first-request penalty"),
             evidence=tuple(e for _, e in signs),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 
 MIN_SETUP_MS = 20.0
@@ -83,6 +83,7 @@ class NetworkShare(Check):
                 ),
             ),
             impact_ms=setup,
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="paid by every request that opens a new connection",
             evidence=tuple(evidence),
             symptom=Symptom.SLOW_CONNECTION_SETUP,  # DNS, distance, TLS or no keep-alive say why

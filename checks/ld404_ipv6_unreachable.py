@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import DNS
 
 # RFC 8305's recommended connection attempt delay: what happy eyeballs waits before IPv4.
@@ -67,6 +67,7 @@ class Ipv6Unreachable(Check):
                 f"{good_v4[0].address} connects; clients that try IPv6 first lose time on every new connection."
             ),
             impact_ms=penalty,
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="happy-eyeballs delay (250 ms) or connect timeout per new connection",
             evidence=tuple(evidence),
             fix=Fix(

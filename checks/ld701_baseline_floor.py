@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import BASELINE
 
 WARNING_FLOOR_MS = 500.0
@@ -89,6 +89,7 @@ class BaselineFloor(Check):
                     ),
                 ),
                 impact_ms=p50,
+                frequency=Frequency.EVERY_REQUEST,
                 impact_basis="paid by every request, however small",
                 evidence=evidence,
                 symptom=Symptom.HIGH_FLOOR,
@@ -110,6 +111,7 @@ class BaselineFloor(Check):
                     ),
                 ),
                 impact_ms=spread,
+                frequency=Frequency.SLOW_TAIL,
                 impact_basis="p90 minus p50 of identical requests",
                 evidence=evidence,
                 symptom=Symptom.UNSTABLE_FLOOR,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import SWEEP
 
 SLOW_TOKEN_MS = 40.0  # 25 tokens/s: slower than people read
@@ -73,6 +73,7 @@ class DecodeSpeed(Check):
             ),
             cause=Cause.SLOW_DECODE,
             impact_ms=per_token * typical,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"per-token slope × a typical {typical}-token answer",
             evidence=(
                 Evidence("per output token", round(per_token, 2), "ms", "sweep fit"),

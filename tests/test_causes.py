@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from llmdoctor.causes import CAUSES, Cause, Kind, Symptom, symptom_of_metric
+from llmdoctor.causes import CAUSES, Cause, Frequency, Kind, Symptom, symptom_of_metric
 from llmdoctor.diagnosis.hypotheses import HYPOTHESES
 from llmdoctor.findings import Confidence, Severity
 from llmdoctor.gate import METRICS
@@ -64,6 +64,7 @@ def test_the_schema_lists_the_same_causes_and_symptoms() -> None:
     schema = json.loads(resources.files("llmdoctor").joinpath("schema/report.schema.json").read_text())
     assert schema["$defs"]["cause_id"]["enum"] == [c.value for c in Cause]
     assert schema["$defs"]["symptom_id"]["enum"] == [s.value for s in Symptom]
+    assert schema["$defs"]["frequency_id"]["enum"] == [f.value for f in Frequency]
 
 
 def test_every_firing_fixture_finding_names_a_cause_or_a_symptom() -> None:
@@ -184,9 +185,13 @@ def test_nothing_is_lost_and_causes_rank_above_their_symptoms(profile: str,
     produced = sum(c["findings"] for c in report["checks"])
     assert produced == len(top) + sum(len(f["supporting"]) for f in top), "every finding is listed once"
 
-    def key(f: dict[str, Any]) -> tuple[int, float]:
-        """Where a finding ranks: severity, then weighted impact; a group where its best member would."""
-        own = Severity(f["severity"]).rank, -(f["impact_ms"] or 0.0) * Confidence(f["confidence"]).weight
+    def key(f: dict[str, Any]) -> tuple[int, bool, bool, float]:
+        """Where a finding ranks: severity, a cost before ~0 ms, a recurring cost before a one-time one, then
+        the expected cost per request weighted by confidence; a group where its best member would."""
+        one_time = Frequency(f["frequency"]) is Frequency.COLD_START
+        cost = (f["impact_ms"] if one_time else f["cost_per_request_ms"]) or 0.0
+        own = (Severity(f["severity"]).rank, f["negligible"], one_time,
+               -max(0.0, cost) * Confidence(f["confidence"]).weight)
         return min([own, *(key(s) for s in f["supporting"])])
 
     keys = [key(f) for f in top]
