@@ -10,8 +10,9 @@ no cause explains stays a finding of its own.
 Before grouping, a finding of a latency cause whose measured impact is about 0 ms
 (`llmdoctor.findings.NEGLIGIBLE_MS`) is set to info: it costs nothing, so it neither ranks above a
 costly finding nor moves the exit code. A group takes the worst severity and the largest impact of its
-members, and the most frequent way of paying it (`_paid`), so folding never changes the exit code, and it ranks at least where the best ranked of its members would have ranked alone
-(`report.rank_key`); the finding keeps its own values in `own_severity` / `own_impact_ms`.
+members, and the most frequent way of paying it (`_paid`), so folding never changes the exit code,
+and it ranks at least where the best ranked of its members would have ranked alone (`report.rank_key`);
+the finding keeps its own values in `own_severity` / `own_impact_ms`.
 """
 
 from __future__ import annotations
