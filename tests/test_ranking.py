@@ -62,7 +62,7 @@ def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
     from llmdoctor.report import Breakdown
 
     line = fit_summary(Breakdown(label="x", total_ms=10.0, fixed_ms=-7.0, per_token_ms=9.0, typical_output_tokens=64))
-    assert line is not None and "fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
+    assert line is not None and "Fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
     assert fit_summary(Breakdown(label="x", total_ms=10.0)) is None
 
 
@@ -153,6 +153,9 @@ def test_a_one_time_cost_ranks_below_what_every_request_pays_unless_it_recurs() 
     tail = _f("LD701", impact=40, symptom="unstable_floor", frequency="slow_tail")
     assert [f.check_id for f in fold([cold, tail, floor])] == ["LD702", "LD701", "LD301"]
     assert cold.cost_per_request_ms == 0.0 and floor.cost_per_request_ms == 354
+    # a cost no one estimated (a busy host) ranks after the measured ones, the one-time cold start included
+    busy = _f("LD208", impact=None, cause="host_pressure")
+    assert [f.check_id for f in fold([busy, cold, floor])] == ["LD702", "LD301", "LD208"]
     # evidence that cold starts recur (the model unloads when idle) makes it a recurring cost: ~600 ms a request
     idle = _f("LD304", impact=1100, cause="cold_start", frequency="recurring_cold_start", confidence=Confidence.MEDIUM)
     listed = fold([cold, floor, idle])

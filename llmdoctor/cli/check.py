@@ -14,7 +14,7 @@ import click
 
 from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
-from llmdoctor.cli.output import common_output_options, emit, run_and_exit
+from llmdoctor.cli.output import Presentation, common_output_options, emit, run_and_exit
 from llmdoctor.cli.simulator import demo_server
 from llmdoctor.cli.usage import (
     header_args,
@@ -80,7 +80,8 @@ __all__ = ["check"]
 @click.option("--dry-run", is_flag=True,
               help="Print the requests the run would send (method, URL, body shape, upper bound) and send none.")
 @click.option("--verbose", "-v", is_flag=True,
-              help="Log every request on stderr (status, times, headers sent with secrets masked).")
+              help="Log every request on stderr (status, times, headers sent with secrets masked), and list "
+                   "the skipped checks with their reasons in the report.")
 @gate_options
 @export_options
 @common_output_options
@@ -92,7 +93,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
           followup_budget: str, no_followup: bool,
           save_measurements: str | None, deadline_s: float | None, dry_run: bool, verbose: bool, as_json: bool,
           fmt: str | None, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-          fail_on: str, **gate: Any) -> None:
+          fail_on: str, no_color: bool, **gate: Any) -> None:
     """Run the checklist against an endpoint and print a ranked diagnosis.
 
     \b
@@ -149,7 +150,8 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         saves = [p for p in (save_measurements, gate["save_baseline"]) if p]
         if gate["save_baseline"] and select:  # a baseline needs the baseline and sweep probes measured
             select = (*select, "LD701", "LD702")
-        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export)
+        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export,
+                     presentation=Presentation(verbose=verbose, no_color=no_color))
 
 
 def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:

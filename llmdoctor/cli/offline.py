@@ -8,7 +8,7 @@ import click
 
 from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, inject_reference, replay_gate_options
-from llmdoctor.cli.output import common_output_options, run_and_exit
+from llmdoctor.cli.output import Presentation, common_output_options, run_and_exit
 from llmdoctor.cli.usage import UsageProblem, require_format, require_known_ids
 
 __all__ = ["explain", "list_checks", "replay"]
@@ -54,12 +54,13 @@ def explain(check_id: str) -> None:
 
 @click.command()
 @click.argument("recording", type=click.Path(exists=True, dir_okay=False))
+@click.option("--verbose", "-v", is_flag=True, help="List the skipped checks with their reasons in the report.")
 @replay_gate_options
 @export_options
 @common_output_options
 def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, select: tuple[str, ...],
-           ignore: tuple[str, ...], fail_on: str, slos: tuple[str, ...], compare_file: str | None,
-           **export_values: Any) -> None:
+           ignore: tuple[str, ...], fail_on: str, no_color: bool, verbose: bool, slos: tuple[str, ...],
+           compare_file: str | None, **export_values: Any) -> None:
     """Re-run the checks offline on measurements saved with --save-measurements.
 
     With --slo / --compare, judge the recorded measurements by these objectives or this baseline.
@@ -77,4 +78,4 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
         options = apply_gate(options, slos, compare_file or options.gate.compare_file)
         measurements = inject_reference(measurements, compare_file)
     run_and_exit(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
-                 recorded=measurements, export=export)
+                 recorded=measurements, export=export, presentation=Presentation(verbose=verbose, no_color=no_color))
