@@ -337,7 +337,7 @@ class Context:
         if self.deadline_at is not None and self.time_left() == 0:
             return _Slot(ProbeStatus(name, False, self.deadline_reason))
         if self.on_probe:
-            self.on_probe(name, spec.description)
+            self.on_probe(name, spec.label)
         started = time.perf_counter()
         self._readers.append(_Reader(name, frozenset((*spec.needs, *spec.optional)), frozenset(spec.orders), False))
         try:

@@ -158,3 +158,27 @@ def test_singular_and_plural() -> None:
 
     assert plural(1, "request") == "1 request" and plural(12, "request") == "12 requests"
     assert plural(1_200, "token") == "1,200 tokens" and requests_line(1, 30) == "1 request sent (budget 30)"
+
+
+def test_progress_speaks_the_users_words() -> None:
+    """Progress said "probing first_request" and "1 requests sent so far"."""
+    from llmdoctor.doctor import diagnose, progress_line
+    from llmdoctor.probes.catalog import ORDER
+    from llmdoctor.sim.profiles import get_profile
+    from llmdoctor.sim.server import SimServer
+    from llmdoctor.target import Options, Target
+
+    assert all(p.title and p.title != p.name for p in ORDER), [p.name for p in ORDER if not p.title]
+    assert progress_line("the first request", 1) == "Measuring the first request… · 1 request sent so far"
+    assert progress_line("the first request", 0) == "Measuring the first request… · no request sent yet"
+    seen: list[str] = []
+    with SimServer(get_profile("healthy")) as server:
+        diagnose(Target(base_url=server.base_url), Options.of(followup=False), selected=["LD301"],
+                 progress=seen.append)
+    measuring = [m for m in seen if m.startswith("Measuring ")]
+    assert measuring[:3] == ["Measuring the models the endpoint serves (GET /v1/models)… · no request sent yet",
+                             "Measuring the first request… · 1 request sent so far",
+                             'Measuring the warm "Say ok." requests (the floor every request pays)… · '
+                             "2 requests sent so far"], measuring
+    assert not [m for m in seen if "_" in m.split("·")[0] or " 1 requests" in m], seen
+    assert "Checking LD301: Cold start on the first request…" in seen

@@ -103,6 +103,14 @@ class Probe(Generic[T_co]):
     local: bool = False
     #: Computed from other probes' results only: replay recomputes it; it runs after the others.
     derived: bool = False
+    #: What it measures in the user's words, to follow "Measuring …" (progress) and "Measures:"
+    #: (``llmdoctor explain``): ``the first request``, ``the output-length sweep (…)``.
+    title: str = ""
+
+    @property
+    def label(self) -> str:
+        """Its `title`, or for a probe declared without one (a plugin's) its description."""
+        return self.title or self.description
 
     def __repr__(self) -> str:
         return f"Probe({self.name!r})"
