@@ -166,3 +166,17 @@ def test_serve_sim_announces_its_url() -> None:
         proc.wait(timeout=10)
     assert "object at 0x" not in line, line
     assert "serving http://127.0.0.1:" in line and line.split()[4].endswith("/v1"), line
+
+
+def test_check_help_groups_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """42 options in one flat list were hard to read: they come in groups, each option in one."""
+    result = run_cli(capsys, "check", "--help")
+    assert result.code == 0
+    headings = re.findall(r"^(\w[\w ]+):$", result.out, re.M)
+    groups = ["Target", "Request budget", "Evidence sources", "Request lint", "Gate", "Output", "Fleet"]
+    assert [h for h in headings if h in groups] == groups
+    assert headings[-1] == "Other options"  # only --help is left over
+    other = result.out.split("\nOther options:\n", 1)[1]
+    assert re.findall(r"^\s+(-[-\w, ]+?)\s{2}", other, re.M) == ["-h, --help"], other
+    options = result.out.split("\nTarget:\n", 1)[1]  # the description mentions some options first
+    assert options.index("--endpoint") < options.index("--max-requests") < options.index("--log FILE")

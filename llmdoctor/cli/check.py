@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from llmdoctor.cli.export import export_options, export_settings
+from llmdoctor.cli.helpgroups import GroupedCommand
 from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
 from llmdoctor.cli.output import Presentation, common_output_options, emit, run_and_exit
 from llmdoctor.cli.simulator import demo_server
@@ -29,7 +30,21 @@ from llmdoctor.cli.usage import (
 __all__ = ["check"]
 
 
-@click.command()
+#: check --help, by what the options are for.
+OPTION_GROUPS = (
+    ("Target", ("endpoint", "model", "api_key_env", "headers", "timeout_s", "insecure", "ca_bundle", "dns_server")),
+    ("Request budget", ("max_requests", "samples", "typical_output_tokens", "concurrency", "idle_test_s",
+                        "followup_budget", "no_followup", "deadline_s", "dry_run")),
+    ("Evidence sources", ("logs", "journal_unit", "since", "metrics_url", "gpu_metrics_url", "pid")),
+    ("Request lint", ("request_files", "tokenizer", "context_window")),
+    ("Gate", ("fail_on", "slos", "compare_file", "save_baseline", "select", "ignore")),
+    ("Output", ("as_json", "fmt", "output", "verbose", "no_color", "save_measurements", "push_gateway", "push_job",
+                "textfile_dir")),
+    ("Fleet", ("endpoints_file", "rate", "watch_s", "watch_count")),
+)
+
+
+@click.command(cls=GroupedCommand, option_groups=OPTION_GROUPS)
 @click.option("--endpoint", "-e", default=None, metavar="URL",
               help="Base URL of the OpenAI-compatible API, with or without /v1 (http://host:8000). "
                    "Without it, the embedded demo simulator is diagnosed.")
