@@ -11,24 +11,11 @@ offline, prints, and stays a few tens of kB.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from llmdoctor.render import view
 from llmdoctor.render.common import format_ms
-from llmdoctor.render.view import (
-    Block,
-    Bullets,
-    Curve,
-    Detail,
-    Para,
-    Section,
-    Spans,
-    SummaryList,
-    Table,
-    View,
-    ViewOptions,
-    Waterfall,
-    build_view,
-)
 from llmdoctor.report import Report
 
 __all__ = ["render_html"]
@@ -43,7 +30,7 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _inline(spans: Spans) -> str:
+def _inline(spans: view.Spans) -> str:
     out = []
     for span in spans:
         tag = _SPAN_TAG.get(span.style)
@@ -65,13 +52,13 @@ def _table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tup
     return f'<table{f" class={cls}" if cls else ""}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _summary(block: SummaryList) -> str:
+def _summary(block: view.SummaryList) -> str:
     rows = [(str(s.rank), _sev(s.severity), _e(s.title), _e(s.cost), _e(s.fix)) for s in block.items]
     more = f"<p class=dim>… and {block.more} more in the details below.</p>" if block.more else ""
     return _table(("#", "Severity", "Finding", "Cost", "Fix"), rows, right=(0,), cls="findings") + more
 
 
-def _waterfall_svg(block: Waterfall) -> str:
+def _waterfall_svg(block: view.Waterfall) -> str:
     """The phases as a waterfall: each bar starts where the previous one ended."""
     label_w, chart_w, row_h, top = 170, 520, 26, 8
     total = block.total_ms if block.total_ms > 0 else 1.0
@@ -96,7 +83,7 @@ def _waterfall_svg(block: Waterfall) -> str:
     return "".join(parts)
 
 
-def _waterfall(block: Waterfall) -> str:
+def _waterfall(block: view.Waterfall) -> str:
     rows = [(_e(p.name), _e(format_ms(p.ms)), f"{p.share:.0%}", _e(p.note)) for p in block.phases]
     rows.append(("<b>total</b>", f"<b>{_e(format_ms(block.total_ms))}</b>", "100%", ""))
     return _waterfall_svg(block) + _table(("Phase", "Time", "Share", "Note"), rows, right=(1, 2), cls="phases")
@@ -110,7 +97,7 @@ def _ticks(top: float) -> list[float]:
     return [i * step for i in range(int(top / step) + 2)]
 
 
-def _curve(block: Curve) -> str:
+def _curve(block: view.Curve) -> str:
     """Total latency against output tokens: the sweep's requests and the fitted line."""
     if not block.points:
         return ""
@@ -151,46 +138,37 @@ def _curve(block: Curve) -> str:
     return "".join(parts)
 
 
-def _bullets(block: Bullets) -> str:
+def _bullets(block: view.Bullets) -> str:
     items = "".join(f"<li>{_inline(item)}</li>" for item in block.items)
-    return f'<ul{" class=dim" if block.dim else ""}>{items}</ul>'
+    tag = "ol" if block.ordered else "ul"
+    cls = " class=chain" if block.ordered else " class=dim" if block.dim else ""
+    return f"<{tag}{cls}>{items}</{tag}>"
 
 
-def _detail(d: Detail) -> str:
+def _detail(d: view.Detail) -> str:
     rank = f"{d.rank}. " if d.rank is not None else ""
-    body = "".join(_bullets(b) if isinstance(b, Bullets) else _para(b) for b in d.blocks)
+    body = "".join(_bullets(b) if isinstance(b, view.Bullets) else _para(b) for b in d.blocks)
     return (f'<article class=finding id="finding-{_e(d.check_id)}"><h3>{_sev(d.severity)} {rank}{_e(d.heading)} · '
             f'{_e(d.check_id)} <span class=dim>· {_e(d.status)}</span></h3>{body}</article>')
 
 
-def _para(block: Para) -> str:
+def _para(block: view.Para) -> str:
     return f'<p{" class=dim" if block.dim else ""}>{_inline(block.spans)}</p>'
 
 
-def _block(block: Block, section: Section) -> str:
-    if isinstance(block, Para):
-        return _para(block)
-    if isinstance(block, Bullets):
-        # the diagnosis's chains are ordered: what was seen, then the conclusion
-        if section.id == "diagnosis":
-            return "<ol class=chain>" + "".join(f"<li>{_inline(i)}</li>" for i in block.items) + "</ol>"
-        return _bullets(block)
-    if isinstance(block, SummaryList):
-        return _summary(block)
-    if isinstance(block, Waterfall):
-        return _waterfall(block)
-    if isinstance(block, Curve):
-        return _curve(block)
-    if isinstance(block, Detail):
-        return _detail(block)
-    if isinstance(block, Table):
-        return _table(block.headers, [tuple(_e(c) for c in row) for row in block.rows], block.right)
-    raise TypeError(f"no HTML for {type(block).__name__}")
+def _plain_table(block: view.Table) -> str:
+    return _table(block.headers, [tuple(_e(c) for c in row) for row in block.rows], block.right)
 
 
-def _section(section: Section) -> str:
+_BLOCKS: dict[type, Callable[[Any], str]] = {
+    view.Para: _para, view.Bullets: _bullets, view.SummaryList: _summary, view.Waterfall: _waterfall,
+    view.Curve: _curve, view.Detail: _detail, view.Table: _plain_table,
+}
+
+
+def _section(section: view.Section) -> str:
     note = f"<p class=note>{_e(section.note)}</p>" if section.note else ""
-    body = "".join(_block(b, section) for b in section.blocks)
+    body = "".join(_BLOCKS[type(b)](b) for b in section.blocks)
     return f'<section id="{_e(section.id)}"><h2>{_e(section.title)}</h2>{note}{body}</section>'
 
 
@@ -208,24 +186,24 @@ code{background:#edf2f7;padding:0 4px;border-radius:3px}
 """
 
 
-def html_of(view: View) -> str:
+def html_of(doc: view.View) -> str:
     """A built `View` as a self-contained HTML page."""
-    product, _, where = view.heading.partition(" — ")
-    color = _STATUS_COLOR.get(view.status, "#4a5568")
+    product, _, where = doc.heading.partition(" — ")
+    color = _STATUS_COLOR.get(doc.status, "#4a5568")
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
-        f"<title>llmdoctor — {_e(view.status.upper())} — {_e(where)}</title><style>{_CSS}</style></head>"
+        f"<title>llmdoctor — {_e(doc.status.upper())} — {_e(where)}</title><style>{_CSS}</style></head>"
         f'<body><header id=verdict><h1>llmdoctor <span class=status style="background:{color}">'
-        f"{_e(view.status.upper())}</span> {_e(where)}</h1>"
-        f"<p><b>{_e(view.verdict)}</b> · {_e(product)} · {_e(view.started_at)} · fail on {_e(view.fail_on)}</p>"
-        + ("<p><b>Interrupted:</b> partial report of what was measured so far.</p>" if view.interrupted else "")
+        f"{_e(doc.status.upper())}</span> {_e(where)}</h1>"
+        f"<p><b>{_e(doc.verdict)}</b> · {_e(product)} · {_e(doc.started_at)} · fail on {_e(doc.fail_on)}</p>"
+        + ("<p><b>Interrupted:</b> partial report of what was measured so far.</p>" if doc.interrupted else "")
         + "</header>"
-        + "".join(_section(s) for s in view.sections)
-        + f"<footer><p class=dim>{_e(view.run_line)}</p></footer></body></html>\n"
+        + "".join(_section(s) for s in doc.sections)
+        + f"<footer><p class=dim>{_e(doc.run_line)}</p></footer></body></html>\n"
     )
 
 
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page (inline SVG charts, no script)."""
-    return html_of(build_view(report, ViewOptions(document=True)))
+    return html_of(view.build_view(report, view.ViewOptions(document=True)))

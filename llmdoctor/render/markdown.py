@@ -10,24 +10,11 @@ text escaped, so no list swallows the paragraph after it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from llmdoctor.render import view
 from llmdoctor.render.common import format_ms
-from llmdoctor.render.view import (
-    Block,
-    Bullets,
-    Curve,
-    Detail,
-    Para,
-    Section,
-    Spans,
-    SummaryList,
-    Table,
-    View,
-    ViewOptions,
-    Waterfall,
-    build_view,
-)
 from llmdoctor.report import Report
 
 __all__ = ["render_markdown"]
@@ -44,7 +31,7 @@ def _esc(text: object) -> str:
     return re.sub(r"^(\s*)([+\-#]|\d+[.)])(\s)", r"\1\\\2\3", s)
 
 
-def _inline(spans: Spans) -> str:
+def _inline(spans: view.Spans) -> str:
     out = []
     for span in spans:
         text = _esc(span.text)
@@ -65,11 +52,11 @@ def _table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tup
     return lines + [""]
 
 
-def _bullets(block: Bullets, indent: str = "") -> list[str]:
+def _bullets(block: view.Bullets, indent: str = "") -> list[str]:
     return [f"{indent}- {_inline(item)}" for item in block.items] + [""]
 
 
-def _summary(block: SummaryList) -> list[str]:
+def _summary(block: view.SummaryList) -> list[str]:
     rows = [(str(s.rank), f"{_SEVERITY_ICON[s.severity]} {s.severity}", _esc(s.title), _esc(s.cost), _esc(s.fix))
             for s in block.items]
     lines = _table(("#", "Severity", "Finding", "Cost", "Fix"), rows, right=(0,))
@@ -78,62 +65,62 @@ def _summary(block: SummaryList) -> list[str]:
     return lines
 
 
-def _waterfall(block: Waterfall) -> list[str]:
+def _waterfall(block: view.Waterfall) -> list[str]:
     rows = [(_esc(p.name), format_ms(p.ms), f"{p.share:.0%}", _esc(p.note)) for p in block.phases]
     rows.append(("**total**", f"**{format_ms(block.total_ms)}**", "100%", ""))
     return _table(("Phase", "Time", "Share", "Note"), rows, right=(1, 2))
 
 
-def _detail(d: Detail) -> list[str]:
+def _detail(d: view.Detail) -> list[str]:
     rank = f"{d.rank}. " if d.rank is not None else ""
     lines = [f"### {rank}{_esc(d.heading)} · {d.check_id} · {_SEVERITY_ICON[d.severity]} {d.severity} · "
              f"{_esc(d.status)}", ""]
     for block in d.blocks:
-        lines += _bullets(block) if isinstance(block, Bullets) else [_inline(block.spans), ""]
+        lines += _bullets(block) if isinstance(block, view.Bullets) else [_inline(block.spans), ""]
     return lines
 
 
-def _block(block: Block) -> list[str]:
-    if isinstance(block, Para):
-        return [_inline(block.spans), ""]
-    if isinstance(block, Bullets):
-        return _bullets(block)
-    if isinstance(block, SummaryList):
-        return _summary(block)
-    if isinstance(block, Waterfall):
-        return _waterfall(block)
-    if isinstance(block, Detail):
-        return _detail(block)
-    if isinstance(block, Table):
-        return _table(block.headers, [tuple(_esc(c) for c in row) for row in block.rows], block.right)
-    if isinstance(block, Curve):
-        return []  # the fit line says it; the HTML report draws the curve
-    raise TypeError(f"no Markdown for {type(block).__name__}")
+def _para(block: view.Para) -> list[str]:
+    return [_inline(block.spans), ""]
 
 
-def _section(section: Section) -> list[str]:
+def _plain_table(block: view.Table) -> list[str]:
+    return _table(block.headers, [tuple(_esc(c) for c in row) for row in block.rows], block.right)
+
+
+def _nothing(block: view.Curve) -> list[str]:
+    return []  # the fit line says it in words; the HTML report draws the curve
+
+
+_BLOCKS: dict[type, Callable[[Any], list[str]]] = {
+    view.Para: _para, view.Bullets: _bullets, view.SummaryList: _summary, view.Waterfall: _waterfall,
+    view.Detail: _detail, view.Table: _plain_table, view.Curve: _nothing,
+}
+
+
+def _section(section: view.Section) -> list[str]:
     lines = [f"## {_esc(section.title)}", ""]
     if section.note:
         lines += [f"*{_esc(section.note)}*", ""]
     for block in section.blocks:
-        lines += _block(block)
+        lines += _BLOCKS[type(block)](block)
     return lines
 
 
-def markdown_of(view: View) -> str:
+def markdown_of(doc: view.View) -> str:
     """A built `View` as CommonMark."""
-    where = view.heading.split(" — ", 1)[1] if " — " in view.heading else view.heading
-    lines = [f"# llmdoctor {_STATUS_ICON.get(view.status, '')} {view.status.upper()} — {_esc(where)}", "",
-             f"**{_esc(view.verdict)}** · {_esc(view.heading.split(' — ')[0])} · {_esc(view.started_at)} · "
-             f"fail on {view.fail_on}", ""]
-    if view.interrupted:
+    where = doc.heading.split(" — ", 1)[1] if " — " in doc.heading else doc.heading
+    lines = [f"# llmdoctor {_STATUS_ICON.get(doc.status, '')} {doc.status.upper()} — {_esc(where)}", "",
+             f"**{_esc(doc.verdict)}** · {_esc(doc.heading.split(' — ')[0])} · {_esc(doc.started_at)} · "
+             f"fail on {doc.fail_on}", ""]
+    if doc.interrupted:
         lines += ["> **Interrupted:** partial report of what was measured so far.", ""]
-    for section in view.sections:
+    for section in doc.sections:
         lines += _section(section)
-    lines += [_esc(view.run_line), ""]
+    lines += [_esc(doc.run_line), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def render_markdown(report: Report) -> str:
     """The report as CommonMark (GitHub renders it as is)."""
-    return markdown_of(build_view(report, ViewOptions(document=True)))
+    return markdown_of(view.build_view(report, view.ViewOptions(document=True)))

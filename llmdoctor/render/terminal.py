@@ -19,22 +19,8 @@ from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from llmdoctor.render import view
 from llmdoctor.render.common import format_ms
-from llmdoctor.render.view import (
-    Block,
-    Bullets,
-    Curve,
-    Detail,
-    Para,
-    Section,
-    Spans,
-    SummaryList,
-    Table,
-    View,
-    ViewOptions,
-    Waterfall,
-    build_view,
-)
 from llmdoctor.report import Report
 
 __all__ = ["render_terminal", "print_terminal", "make_console", "STYLES", "PIPE_WIDTH"]
@@ -70,7 +56,7 @@ def make_console(file: IO[str] | None = None, *, color: bool | None = None, widt
                    force_terminal=True if color else None, soft_wrap=False, emoji=False)
 
 
-def _text(spans: Spans, dim: bool = False) -> Text:
+def _text(spans: view.Spans, dim: bool = False) -> Text:
     text = Text(style="dim" if dim else "")
     for span in spans:
         text.append(span.text, style=STYLES.get(span.style, ""))
@@ -81,7 +67,7 @@ def _indented(console: Console, renderable: Text | RichTable, indent: int = _IND
     console.print(Padding(renderable, (0, 0, 0, indent)))
 
 
-def _bullets(console: Console, block: Bullets, indent: int) -> None:
+def _bullets(console: Console, block: view.Bullets, indent: int) -> None:
     grid = RichTable.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column()
@@ -90,7 +76,7 @@ def _bullets(console: Console, block: Bullets, indent: int) -> None:
     _indented(console, grid, indent)
 
 
-def _summary(console: Console, block: SummaryList) -> None:
+def _summary(console: Console, block: view.SummaryList) -> None:
     grid = RichTable.grid(padding=(0, 1))
     grid.add_column(justify="right", no_wrap=True)
     grid.add_column(no_wrap=True)
@@ -107,7 +93,7 @@ def _summary(console: Console, block: SummaryList) -> None:
         _indented(console, Text(f"… and {block.more} more in the details below.", style="dim"))
 
 
-def _waterfall(console: Console, block: Waterfall) -> None:
+def _waterfall(console: Console, block: view.Waterfall) -> None:
     # name, time and share take ~36 columns: the bar gets what the longest note leaves, 8 to 32 cells
     longest_note = max((len(p.note) for p in block.phases), default=0)
     bar_width = max(8, min(32, console.width - 39 - longest_note))
@@ -125,7 +111,7 @@ def _waterfall(console: Console, block: Waterfall) -> None:
     console.print(Padding(table, (0, 0, 0, 2)))
 
 
-def _detail(console: Console, d: Detail) -> None:
+def _detail(console: Console, d: view.Detail) -> None:
     head = Text()
     head.append(d.heading, style="bold")
     head.append(" · ")
@@ -139,13 +125,13 @@ def _detail(console: Console, d: Detail) -> None:
     grid.add_row(f"{d.rank}." if d.rank is not None else "-", head)
     console.print(Padding(grid, (0, 0, 0, 1)))
     for block in d.blocks:
-        if isinstance(block, Para):
+        if isinstance(block, view.Para):
             _indented(console, _text(block.spans, block.dim))
         else:
             _bullets(console, block, _INDENT + 2)
 
 
-def _table(console: Console, block: Table) -> None:
+def _table(console: Console, block: view.Table) -> None:
     table = RichTable(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for i, header in enumerate(block.headers):
         table.add_column(header, justify="right" if i in block.right else "left")
@@ -154,24 +140,24 @@ def _table(console: Console, block: Table) -> None:
     console.print(Padding(table, (0, 0, 0, 2)))
 
 
-def _block(console: Console, block: Block) -> None:
-    if isinstance(block, Para):
+def _block(console: Console, block: view.Block) -> None:
+    if isinstance(block, view.Para):
         _indented(console, _text(block.spans, block.dim), 2)
-    elif isinstance(block, Bullets):
+    elif isinstance(block, view.Bullets):
         _bullets(console, block, 2)
-    elif isinstance(block, SummaryList):
+    elif isinstance(block, view.SummaryList):
         _summary(console, block)
-    elif isinstance(block, Waterfall):
+    elif isinstance(block, view.Waterfall):
         _waterfall(console, block)
-    elif isinstance(block, Detail):
+    elif isinstance(block, view.Detail):
         _detail(console, block)
-    elif isinstance(block, Table):
+    elif isinstance(block, view.Table):
         _table(console, block)
-    elif isinstance(block, Curve):
+    elif isinstance(block, view.Curve):
         pass  # the fit line above says it in words; the HTML report draws the curve
 
 
-def _section(console: Console, section: Section) -> None:
+def _section(console: Console, section: view.Section) -> None:
     title = Text(section.title, style="bold")
     if section.note:
         title.append(f" — {section.note}")
@@ -180,29 +166,29 @@ def _section(console: Console, section: Section) -> None:
         _block(console, block)
 
 
-def print_view(view: View, console: Console) -> None:
+def print_view(doc: view.View, console: Console) -> None:
     """Print a built `View` on `console`."""
-    console.print(Text(view.heading, style="bold"))
-    console.print(_verdict(view))
-    if view.interrupted:
+    console.print(Text(doc.heading, style="bold"))
+    console.print(_verdict(doc))
+    if doc.interrupted:
         console.print(Text("Interrupted: partial report of what was measured so far.", style="bold yellow"))
-    for section in view.sections:
+    for section in doc.sections:
         console.print()
         _section(console, section)
-    console.print(Text(view.run_line, style="dim"))
-    console.print(_verdict(view))
+    console.print(Text(doc.run_line, style="dim"))
+    console.print(_verdict(doc))
 
 
-def _verdict(view: View) -> Text:
+def _verdict(doc: view.View) -> Text:
     text = Text("Result: ")
-    text.append(view.status.upper(), style=STYLES.get(view.status, "bold"))
-    text.append(f" (exit {view.exit_code})")
+    text.append(doc.status.upper(), style=STYLES.get(doc.status, "bold"))
+    text.append(f" (exit {doc.exit_code})")
     return text
 
 
 def print_terminal(report: Report, console: Console, *, verbose: bool = False) -> None:
     """Print the report on `console` (its colour and width decide how it looks)."""
-    print_view(build_view(report, ViewOptions(verbose=verbose)), console)
+    print_view(view.build_view(report, view.ViewOptions(verbose=verbose)), console)
 
 
 def render_terminal(report: Report, *, color: bool = False, width: int | None = None, verbose: bool = False) -> str:

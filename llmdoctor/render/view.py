@@ -70,10 +70,11 @@ class Para:
 
 @dataclass(frozen=True)
 class Bullets:
-    """A list of items (each a paragraph's spans)."""
+    """A list of items (each a paragraph's spans); `ordered` when their order is the point (a chain)."""
 
     items: tuple[Spans, ...]
     dim: bool = False
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ def _diagnosis(report: Report, options: ViewOptions) -> Section | None:
         items = [(Span("seen: ", "dim"), Span(text)) for text in evidence]
         how = "the first measurements" if not tests else plural(tests, "follow-up test")
         items.append((Span("conclusion: ", "dim"), Span(f"confirmed by {how}")))
-        blocks.append(Bullets(tuple(items)))
+        blocks.append(Bullets(tuple(items), ordered=True))
     if not d.confirmed:
         likely = [lower_first(h.title) for h in d.open[:3]]
         blocks.append(Para((Span("Not confirmed: ", "bold"),
