@@ -70,12 +70,15 @@ def test_a_pipe_gets_plain_text(recording: Path) -> None:
     assert max(len(line) for line in piped.stdout.splitlines()) <= 100  # no COLUMNS: 100 for a pipe
 
 
-def _on_a_terminal(recording: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Replay with stdout on a pseudo-terminal; (exit code, what the terminal received)."""
+def _on_a_terminal(recording: Path, *args: str, env: dict[str, str] | None = None,
+                   stderr_too: bool = False) -> tuple[int, str]:
+    """Replay with stdout (and with `stderr_too` stderr, where progress goes) on a pseudo-terminal;
+    (exit code, what the terminal received)."""
     base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "llmdoctor", "replay", str(recording), *args],
-                            stdout=follower, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower if stderr_too else subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL,
                             env={**base, "COLUMNS": "100", "TERM": "xterm-256color", **(env or {})})
     os.close(follower)
     chunks = []
@@ -102,6 +105,12 @@ def test_colour_on_a_terminal_and_never_with_no_color(recording: Path) -> None:
     for env, args in (({"NO_COLOR": "1"}, ()), ({"NO_COLOR": "yes please"}, ()), ({}, ("--no-color",))):
         code, plain = _on_a_terminal(recording, *args, env=env)
         assert code == 1 and "Result: " in plain and not _COLOUR.search(plain), (env, args, plain[:300])
+    # the progress spinner on stderr follows the same switches (it was green with --no-color)
+    code, both = _on_a_terminal(recording, env={"COLUMNS": "100"}, stderr_too=True)
+    assert code == 1 and "Measuring " in both and _COLOUR.search(both.split("Measuring ", 1)[0]), both[:300]
+    for env, args in (({"NO_COLOR": "1"}, ()), ({}, ("--no-color",))):
+        code, plain = _on_a_terminal(recording, *args, env=env, stderr_too=True)
+        assert code == 1 and "Measuring " in plain and not _COLOUR.search(plain), (env, args, plain[:300])
 
 
 def _sections_of_text(text: str) -> list[str]:

@@ -33,13 +33,14 @@ def emit(text: str, output: str | None) -> None:
         sys.stdout.flush()
 
 
-def progress(enabled: bool) -> Any:
-    """A callback showing progress on stderr when it is a terminal, else None."""
+def progress(enabled: bool, color: bool = True) -> Any:
+    """A callback showing progress on stderr when it is a terminal, else None; no colour with
+    ``--no-color`` (`color` False) or ``NO_COLOR`` (rich reads it)."""
     if not enabled or not sys.stderr.isatty():
         return None
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, no_color=True if not color else None)
     status = console.status("starting…")
     status.start()
 
@@ -122,7 +123,8 @@ def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: 
     from llmdoctor.doctor import diagnose
 
     check_destination(fmt, output)
-    shown = progress(fmt == "text" and output is None)
+    shown = progress(fmt == "text" and output is None,
+                     color=not (presentation is not None and presentation.no_color))
     try:
         report, ctx = diagnose(target, options, selected=split_ids(select), ignored=split_ids(ignore),
                                fail_on=fail_on, recorded=recorded, progress=shown)

@@ -58,7 +58,7 @@ def demo(profile: str, as_json: bool, no_color: bool) -> NoReturn:
 
     fmt = "json" if as_json else "text"
     with demo_server(profile, announce=not as_json) as base_url:
-        progress = show_progress(not as_json)
+        progress = show_progress(not as_json, color=not no_color)
         try:
             report, _ = diagnose(Target(base_url=base_url), Options(), progress=progress)
         finally:
