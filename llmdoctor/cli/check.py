@@ -15,7 +15,7 @@ import click
 from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.helpgroups import GroupedCommand
 from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
-from llmdoctor.cli.output import Presentation, common_output_options, emit, run_and_exit
+from llmdoctor.cli.output import Presentation, common_output_options, emit, output_format, run_and_exit
 from llmdoctor.cli.simulator import demo_server
 from llmdoctor.cli.usage import (
     header_args,
@@ -135,8 +135,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     """
     from llmdoctor.target import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
 
-    if fmt is None:
-        fmt = "json" if as_json else "text"
+    fmt = output_format(fmt, as_json, output)
     options = Options(
         request=RequestPolicy(timeout_s=timeout_s, max_requests=max_requests, samples=samples,
                               idle_test_s=idle_test_s, deadline_s=deadline_s, verbose=verbose),

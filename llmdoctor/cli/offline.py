@@ -13,7 +13,7 @@ import click
 
 from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, inject_reference, replay_gate_options
-from llmdoctor.cli.output import NO_COLOR_OPTION, Presentation, common_output_options, run_and_exit
+from llmdoctor.cli.output import NO_COLOR_OPTION, Presentation, common_output_options, output_format, run_and_exit
 from llmdoctor.cli.usage import UsageProblem, require_format, require_known_ids
 
 if TYPE_CHECKING:
@@ -128,11 +128,12 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
         target, options, measurements = load_recording(recording)
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
-    require_format(fmt or "text")
+    fmt = output_format(fmt, as_json, output)
+    require_format(fmt)
     require_known_ids(select, ignore)
     export = export_settings(export_values)
     if slos or compare_file:
         options = apply_gate(options, slos, compare_file or options.gate.compare_file)
         measurements = inject_reference(measurements, compare_file)
-    run_and_exit(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
+    run_and_exit(target, options, fmt, output, None, select, ignore, fail_on,
                  recorded=measurements, export=export, presentation=Presentation(verbose=verbose, no_color=no_color))

@@ -14,10 +14,28 @@ from llmdoctor.cli.usage import UsageProblem, split_ids
 if TYPE_CHECKING:
     from llmdoctor.export import ExportSettings
 
-__all__ = ["FORMATS", "NO_COLOR_OPTION", "Presentation", "check_destination", "common_output_options", "emit",
-           "progress", "render_and_exit", "report_text", "run_and_exit", "save_measurements"]
+__all__ = ["FORMATS", "FORMAT_OF_SUFFIX", "NO_COLOR_OPTION", "Presentation", "check_destination",
+           "common_output_options", "emit", "output_format", "progress", "render_and_exit", "report_text",
+           "run_and_exit", "save_measurements"]
 
 FORMATS = ("text", "json", "markdown", "junit", "html", "prometheus")
+
+#: The format ``-o FILE`` picks from its extension when neither --format nor --json says.
+FORMAT_OF_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown",
+                    ".json": "json", ".xml": "junit", ".prom": "prometheus", ".txt": "text"}
+
+
+def output_format(fmt: str | None, as_json: bool, output: str | None) -> str:
+    """--format, else --json, else what -o's extension says (``-o report.html`` is an HTML page), else text."""
+    if fmt is not None:
+        return fmt
+    if as_json:
+        return "json"
+    if output:
+        import os.path
+
+        return FORMAT_OF_SUFFIX.get(os.path.splitext(output)[1].lower(), "text")
+    return "text"
 
 
 def emit(text: str, output: str | None) -> None:
@@ -145,7 +163,8 @@ def common_output_options(f: Any) -> Any:
         click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
                      help="Output format (default text; --json is short for --format json)."),
         click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-                     help="Write the report to FILE instead of stdout."),
+                     help="Write the report to FILE instead of stdout. Without --format or --json its "
+                          "extension picks the format: .html, .md, .json, .xml (JUnit), .prom; else text."),
         click.option("--select", multiple=True, metavar="IDS",
                      help="Run only checks whose id starts with these prefixes (LD2, LD701; repeatable, "
                           "comma-separated)."),
