@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llmdoctor import __version__
 from tests.cliutil import record_sim_run, run_process
 
 # SGR colour parameters: 30-37/90-97 foreground, 40-47/100-107 background, 38;5/38;2 extended.
@@ -106,11 +107,13 @@ def test_colour_on_a_terminal_and_never_with_no_color(recording: Path) -> None:
         code, plain = _on_a_terminal(recording, *args, env=env)
         assert code == 1 and "Result: " in plain and not _COLOUR.search(plain), (env, args, plain[:300])
     # the progress spinner on stderr follows the same switches (it was green with --no-color)
+    # (which messages a replay gets to draw depends on the spinner's refresh: "starting…" always is)
     code, both = _on_a_terminal(recording, env={"COLUMNS": "100"}, stderr_too=True)
-    assert code == 1 and "Measuring " in both and _COLOUR.search(both.split("Measuring ", 1)[0]), both[:300]
+    spinner = both.split(f"llmdoctor {__version__} —", 1)[0]
+    assert code == 1 and "starting…" in spinner and _COLOUR.search(spinner), both[:300]
     for env, args in (({"NO_COLOR": "1"}, ()), ({}, ("--no-color",))):
         code, plain = _on_a_terminal(recording, *args, env=env, stderr_too=True)
-        assert code == 1 and "Measuring " in plain and not _COLOUR.search(plain), (env, args, plain[:300])
+        assert code == 1 and "starting…" in plain and not _COLOUR.search(plain), (env, args, plain[:300])
 
 
 def _sections_of_text(text: str) -> list[str]:
@@ -149,15 +152,18 @@ def test_markdown_is_commonmark_with_the_sections_of_the_text(recording: Path) -
 
 
 def test_each_number_is_shown_about_once(recording: Path) -> None:
-    """The cold-start penalty appeared 7 times in 18 lines: now in the summary, the cost line of its
-    details and the diagnosis's evidence at most."""
+    """The cold-start penalty appeared 7 times in 18 lines: now in the summary and the cost line of its
+    details; the diagnosis points to that finding instead of repeating the first request's numbers."""
     import json
 
     report = json.loads(_replay(recording, "--json").stdout)
     cold = next(f for f in report["findings"] if f["cause"] == "cold_start")
     number = f"{cold['impact_ms']:,.0f}"
     text = _replay(recording).stdout
-    assert 1 <= len(re.findall(rf"(?<![\d,.]){re.escape(number)}(?![\d])", text)) <= 3, text
+    assert 1 <= len(re.findall(rf"(?<![\d,.]){re.escape(number)}(?![\d])", text)) <= 2, text
+    rank = next(int(m.group(1)) for m in re.finditer(r"^ *(\d+)\. (?:CRITICAL|WARNING|INFO)\s+(.*)$", text, re.M)
+                if number in m.group(2))
+    assert f"Confirmed: Cold start / scale-to-zero (finding {rank} above)" in text, text
     assert "p = " not in text and "LR " not in text and "likelihood" not in text
     assert "1 requests" not in text and "1 findings" not in text
 

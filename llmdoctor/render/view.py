@@ -244,7 +244,12 @@ def _chain(d: Diagnosis | None, f: Finding) -> list[str]:
 
 
 def _evidence_of(d: Diagnosis, h: HypothesisState) -> list[str]:
-    lines = [o.text for o in h.evidence if o.source.startswith("first pass")]
+    return [o.text for o in h.evidence if o.source.startswith("first pass")] + _followup_evidence(d, h)
+
+
+def _followup_evidence(d: Diagnosis, h: HypothesisState) -> list[str]:
+    """What the follow-up tests found about `h`, each with what it cost."""
+    lines = []
     for step in d.steps:
         for u in step.updates:
             if u.hypothesis == h.id:
@@ -357,10 +362,16 @@ def _diagnosis(report: Report, options: ViewOptions) -> Section | None:
     if d is None:
         return None
     blocks: list[Block] = []
+    # (the diagnosis's own finding is no such place: its details point here for the evidence)
+    rank_of = {f.cause.value: i for i, f in reversed(list(enumerate(_ranked(report), 1)))
+               if f.cause is not None and not f.restatement}
     for h in d.confirmed:
-        evidence = _evidence_of(d, h)
+        rank = rank_of.get(h.id)
+        # a cause the details already show with its numbers: only what the follow-up tests added is new here
+        evidence = _evidence_of(d, h) if rank is None else _followup_evidence(d, h)
         tests = sum(1 for s in d.steps if s.ran and any(u.hypothesis == h.id for u in s.updates))
-        blocks.append(Para((Span("Confirmed: ", "bold"), Span(h.title))))
+        where = f" (finding {rank} above)" if rank is not None else ""
+        blocks.append(Para((Span("Confirmed: ", "bold"), Span(h.title + where))))
         items = [(Span("seen: ", "dim"), Span(text)) for text in evidence]
         how = "the first measurements" if not tests else plural(tests, "follow-up test")
         items.append((Span("conclusion: ", "dim"), Span(f"confirmed by {how}")))
