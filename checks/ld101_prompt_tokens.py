@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 from llmdoctor.probes.requests import RequestSet
 
@@ -111,6 +111,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, over)}: the prompt exceeds the model's {window:,}-token window; "
                 "the server rejects such requests (HTTP 400) or truncates the prompt.",
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                frequency=Frequency.EVERY_REQUEST,
                 cause=Cause.OVERSIZED_PROMPT,
             )
         if near:
@@ -121,6 +122,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, near)}: the prompt fills more than {NEAR_SHARE:.0%} of the window, "
                 "leaving little room for the answer; a little more history will be rejected or truncated.",
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                frequency=Frequency.EVERY_REQUEST,
                 cause=Cause.OVERSIZED_PROMPT,
             )
         slow = prefill_ms is not None and prefill_ms >= SLOW_PREFILL_MS
@@ -134,6 +136,7 @@ class PromptTokenCount(Check):
                 f"{self._which(requests, subject)}: a large prompt{cost}."
                 + ("" if prefill_ms is not None else f" ({costs.prefill_basis}.)"),
                 fix, impact_ms=prefill_ms, impact_basis=basis, evidence=tuple(evidence),
+                frequency=Frequency.EVERY_REQUEST,
                 cause=Cause.LONG_PREFILL,
             )
 

@@ -9,7 +9,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 from llmdoctor.request_files import KNOWN_ROLES, RequestInfo
 
@@ -148,6 +148,7 @@ class MessageFormat(Check):
                 severity, Confidence.HIGH if kind not in ("order", "long_system") else Confidence.MEDIUM,
                 title, message, Fix(fix),
                 impact_ms=impact,
+                frequency=Frequency.EVERY_REQUEST,
                 impact_basis=f"{tokens:,} tokens (chars/4) × {costs.prefill_basis}" if tokens else "",
                 evidence=(Evidence("requests affected", len(hits), "", "--request"),
                           Evidence("first", hits[0][0].source, "", hits[0][2])),

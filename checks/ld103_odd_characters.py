@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, Reads
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 from llmdoctor.target import Options
 from llmdoctor.textscan import ODD_KINDS
@@ -119,6 +119,7 @@ class OddCharacters(Check):
                 ),
             ),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=basis,
             evidence=tuple(evidence),
             cause=Cause.LONG_PREFILL,

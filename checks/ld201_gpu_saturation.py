@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
 from llmdoctor.probes.gpu import ANY_GPU, GpuSnapshot, any_gpu
@@ -84,6 +84,7 @@ class GpuSaturation(Check):
                     ),
                 ),
                 impact_ms=queue_ms,
+                frequency=Frequency.UNDER_LOAD,
                 impact_basis=(
                     "queue time per request measured by the backend's histogram during our run"
                     if queue_ms is not None

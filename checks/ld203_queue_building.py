@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.metrics import MetricsDelta
@@ -128,6 +128,7 @@ class QueueBuilding(Check):
             ),
             cause=Cause.QUEUEING,
             impact_ms=impact,
+            frequency=Frequency.UNDER_LOAD,
             impact_basis=basis,
             evidence=tuple(evidence),
         )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
 
@@ -81,6 +81,7 @@ class KvCachePressure(Check):
                 ),
             ),
             impact_ms=queue_ms,
+            frequency=Frequency.UNDER_LOAD,
             impact_basis=(
                 "queue time per request measured during our run" if queue_ms is not None
                 else "not measured: the backend exports no queue-time histogram"

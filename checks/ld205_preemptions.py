@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
 from llmdoctor.probes.metrics import ServerMetricsResult
@@ -79,6 +79,7 @@ class Preemptions(Check):
                 "recompute its prefill before it continues.",
                 fix,
                 impact_ms=impact,
+                frequency=Frequency.UNDER_LOAD,
                 impact_basis=(
                     "preemptions x mean prefill time during our run" if impact is not None
                     else "not measured: no prefill-time histogram"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.logscan import GPU_ERROR, GPU_OOM, HOST_OOM
 from llmdoctor.probes.catalog import LOGS
 
@@ -112,6 +112,8 @@ class LogErrors(Check):
                     f"{last.text[:160]}"
                 ),
                 impact_ms=round(cold[0] * 1000, 1) if cold is not None else None,
+                # a crash costs a restart; crashing again and again makes it a recurring one
+                frequency=Frequency.RECURRING_COLD_START if count >= 2 else Frequency.COLD_START,
                 impact_basis=(
                     f"each crash costs a restart: {cold[1]}"
                     if cold is not None

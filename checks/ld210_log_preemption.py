@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.logscan import KV_PREEMPTION
 from llmdoctor.probes.catalog import BASELINE, LOGS
 
@@ -87,6 +87,7 @@ class LogPreemption(Check):
                 f"{'Last' if hits else 'First'} at {last_where}."
             ),
             impact_ms=round(ttft, 1) if ttft else None,
+            frequency=Frequency.UNDER_LOAD,
             impact_basis=(
                 "each preempted request prefills again: at least one more time to first token (warm median)"
                 if ttft

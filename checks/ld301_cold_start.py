@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
 
@@ -80,6 +80,7 @@ class ColdStart(Check):
             ),
             cause=Cause.COLD_START,
             impact_ms=penalty,
+            frequency=Frequency.COLD_START,
             impact_basis="extra time to first token, paid once per cold start",
             evidence=(
                 Evidence("first request TTFT", round(first_ttft, 1), "ms", "first_request"),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
@@ -86,6 +86,7 @@ class RecentRestart(Check):
         # which counts only when the first request paid for it: a warm server started minutes ago is no news.
         backed: list[tuple[str, Evidence]] = []
         young: list[tuple[str, Evidence]] = []
+        recurs = False  # a sign that cold starts come back: a sleeping engine, a keep-alive about to expire
         proc = host.server_process if host is not None else None
         if proc is not None and proc.uptime_s is not None and proc.uptime_s < RECENT_S:
             evidence = Evidence("server process uptime", round(proc.uptime_s), "s", "host")
@@ -109,6 +110,7 @@ class RecentRestart(Check):
             if metrics.worst_sleeping():
                 backed.append(("the vLLM engine is asleep (weights offloaded): the next request wakes it",
                                Evidence("vllm:engine_sleep_state awake", 0, "", metrics.url)))
+                recurs = True
             before, after = metrics.before.models, metrics.latest.models
             if before is not None and after is not None:
                 fresh = sorted({x.name for x in after} - {x.name for x in before})
@@ -121,6 +123,7 @@ class RecentRestart(Check):
                     if left is not None and 0 <= left < EXPIRY_SOON_S:
                         backed.append((f"{x.name} unloads in {left:,.0f} s (keep-alive expiry)",
                                        Evidence("expires_at", x.expires_at, "", "/api/ps")))
+                        recurs = True
         paid = penalty is not None and base is not None and _beyond_noise(penalty, base)
         if paid and young:
             assert penalty is not None
@@ -144,6 +147,7 @@ class RecentRestart(Check):
                 ),
             ),
             impact_ms=penalty,
+            frequency=Frequency.RECURRING_COLD_START if recurs else Frequency.COLD_START,
             impact_basis=("first request TTFT minus warm median TTFT (measured)" if penalty is not None
                           else "not measured here; see LD301 for the first-request penalty"),
             evidence=tuple(e for _, e in signs),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.logscan import MODEL_LOAD, LoadDuration
 from llmdoctor.logstats import log_stamp_epoch
 from llmdoctor.probes.catalog import LOGS, SERVER_METRICS
@@ -98,6 +98,8 @@ class LogModelLoad(Check):
             title=f"A cold start costs {seconds:.{0 if seconds >= 10 else 1}f} s (model load in server logs)",
             message=f"The server took {seconds:.1f} s to load and warm up ({basis}).{again}",
             impact_ms=round(seconds * 1000, 1),
+            # several starts in the log: cold starts recur (scale-to-zero, unloads, restarts)
+            frequency=Frequency.RECURRING_COLD_START if starts >= 2 else Frequency.COLD_START,
             impact_basis="the load time, paid by every request that arrives during a cold start",
             evidence=(
                 Evidence("load time", round(seconds, 1), "s", f"{entry.file}:{entry.line}"),

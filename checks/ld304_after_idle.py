@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import IDLE
 
 MIN_PENALTY_MS = 100.0
@@ -68,6 +68,7 @@ class AfterIdlePenalty(Check):
             ),
             cause=Cause.COLD_START,
             impact_ms=round(penalty, 1),
+            frequency=Frequency.RECURRING_COLD_START,
             impact_basis="extra latency of the first request after the idle pause",
             evidence=(
                 Evidence("idle pause", idle.idle_s, "s", "idle"),

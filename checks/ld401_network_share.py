@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import explained_by_lag, timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, DISCOVERY
 
@@ -94,6 +94,7 @@ class NetworkShare(Check):
                 ),
             ),
             impact_ms=setup,
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="paid by every request that opens a new connection",
             evidence=tuple(evidence),
             symptom=Symptom.SLOW_CONNECTION_SETUP,  # DNS, distance, TLS or no keep-alive say why

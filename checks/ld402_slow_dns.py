@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import DNS
 
 SLOW_MS = 50.0
@@ -76,6 +76,7 @@ class SlowDns(Check):
                 "connection waits for this lookup first."
             ),
             impact_ms=round(own, 1),
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="resolution time per new connection",
             evidence=tuple(evidence),
             fix=Fix(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import DNS
 
 
@@ -74,6 +74,7 @@ class DnsFallback(Check):
                 title=f"No DNS server resolves {dns.host}",
                 message=f"All {len(failing)} DNS server(s) failed for {dns.host}; new connections cannot resolve it.",
                 impact_ms=dns.fallback_penalty_ms or None,
+                frequency=Frequency.NEW_CONNECTION,
                 impact_basis="time spent on failing servers per lookup",
                 evidence=tuple(evidence),
                 fix=fix,
@@ -92,6 +93,7 @@ class DnsFallback(Check):
                 f"an uncached lookup of {dns.host} waits about {penalty:.0f} ms first."
             ),
             impact_ms=round(penalty, 1),
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="fallback wait per uncached lookup (resolver timeout per failing server)",
             evidence=tuple(evidence),
             fix=fix,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import TRANSPORT
 from llmdoctor.probes.transport import ConnectAttempt
 
@@ -102,6 +102,7 @@ class Ipv6Unreachable(Check):
                 f"connection; a Happy-Eyeballs client about {HAPPY_EYEBALLS_DELAY_MS:.0f} ms per dead address."
             ),
             impact_ms=round(stall, 1),
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis=("measured connect() stall before a working address, per new connection "
                           "(clients that try addresses in turn)" + ("; at least: the probe gave up" if timed_out
                                                                      else "")),

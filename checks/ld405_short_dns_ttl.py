@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import DNS
 
 SHORT_TTL_S = 30
@@ -61,6 +61,7 @@ class ShortDnsTtl(Check):
                 f"{cost:.0f} ms repeat for connections opened after that."
             ),
             impact_ms=round(cost, 1),
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="one uncached lookup per new connection after the TTL expires",
             evidence=(
                 Evidence("TTL", ttl, "s", f"dns: {working.server}"),

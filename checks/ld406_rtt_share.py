@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import TRANSPORT
 
 SHARE = 0.20
@@ -80,6 +80,7 @@ class RttShare(Check):
             ),
             cause=Cause.SLOW_NETWORK,
             impact_ms=round(rtt, 1),
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis="one round trip per request",
             evidence=tuple(evidence),
             fix=Fix(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import TRANSPORT
 
 MIN_COST_MS = 1.0
@@ -80,6 +80,7 @@ class NoConnectionReuse(Check):
             ),
             cause=Cause.NO_KEEPALIVE,
             impact_ms=round(cost, 1),
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis="connect (+TLS) handshake per request",
             evidence=tuple(evidence),
             fix=Fix(

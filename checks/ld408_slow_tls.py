@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import TRANSPORT
 
 SLOW_MS = 50.0
@@ -61,6 +61,7 @@ class SlowTls(Check):
                 f"{trips} round trip(s) of {rtt:.0f} ms; every new https connection pays it."
             ),
             impact_ms=round(tls, 1),
+            frequency=Frequency.NEW_CONNECTION,
             impact_basis="TLS handshake per new connection",
             evidence=(
                 Evidence("TLS handshake (median)", round(tls, 1), "ms", "transport"),

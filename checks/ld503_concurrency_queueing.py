@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import CONCURRENCY
 
 SLOWDOWN = 1.5
@@ -66,6 +66,7 @@ class ConcurrencyQueueing(Check):
                 + (f" About {eff:.1f} request(s) run at once: the rest queue." if eff is not None else "")
             ),
             impact_ms=round(parallel - single, 1),
+            frequency=Frequency.UNDER_LOAD,
             impact_basis=f"median extra latency at {cr.n} concurrent requests",
             evidence=(
                 Evidence("median alone", round(single, 1), "ms", "concurrency"),

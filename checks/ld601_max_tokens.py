@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 
 OVERSIZE_FACTOR = 16  # a cap this many times the typical answer is no cap at all
@@ -79,6 +79,7 @@ class MaxTokens(Check):
                 Fix("Lower max_tokens so prompt + max_tokens fits the window.",
                     (f"Set max_tokens to at most {window - prompt:,} for this prompt, or shorten the prompt.",)),
                 impact_ms=None, impact_basis="the request fails: a retry costs a full round trip",
+                frequency=Frequency.EVERY_REQUEST,
                 evidence=(Evidence("prompt tokens", prompt, "tokens", counted.detail),
                           Evidence("max_tokens", cap, "tokens", r.source),
                           Evidence("context window", window, "tokens", counted.window_source)),
@@ -101,7 +102,7 @@ class MaxTokens(Check):
                 f"{distribution([c for c in caps if c is not None and c >= limit])}. A run-away answer decodes "
                 f"{excess:,} tokens more than a typical one"
                 + (f": about {impact:,.0f} ms." if impact is not None else "."),
-                fix, impact_ms=impact,
+                fix, frequency=Frequency.EVERY_REQUEST, impact_ms=impact,
                 impact_basis=f"worst case: {excess:,} extra output tokens × {costs.decode_basis}",
                 evidence=(Evidence("largest max_tokens", cap, "tokens", "--request"),
                           Evidence("typical answer", typical, "tokens", "--typical-output-tokens")),
@@ -115,6 +116,7 @@ class MaxTokens(Check):
                 f"{requests.describe(missing)} set no max_tokens: a run-away answer can decode until it fills "
                 f"{bound}.",
                 fix, impact_ms=None, impact_basis="unbounded: depends on the model stopping on its own",
+                frequency=Frequency.EVERY_REQUEST,
                 evidence=(Evidence("requests without max_tokens", len(missing), "", "--request"),),
                 cause=Cause.LONG_OUTPUT,
             )

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 
@@ -68,6 +68,7 @@ class StreamingOff(Check):
                  "Show the first tokens at once; time out on time-to-first-token, not on the whole answer."),
             ),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"{max(0, answer - 1)} output tokens after the first × {costs.decode_basis}",
             evidence=(Evidence("requests not streamed", len(off), "", "--request"),
                       Evidence("first", off[0].source, "", "stream")),

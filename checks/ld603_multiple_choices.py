@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 
@@ -65,6 +65,7 @@ class MultipleChoices(Check):
             Fix("Generate one answer per request.",
                 ("Drop n / best_of; ask again only when the first answer is rejected.",)),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"upper bound: {extra_tokens:,} extra output tokens × {costs.decode_basis}",
             evidence=(Evidence("sequences per request", choices, "", "n / best_of"),
                       Evidence("requests", len(many), "", "--request")),

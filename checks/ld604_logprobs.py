@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 LOGPROBS_SHARE = 0.05  # assumed share of decode time spent on log-probabilities
@@ -72,6 +72,7 @@ class Logprobs(Check):
             Fix("Request logprobs only where they are used.",
                 ("Drop logprobs / top_logprobs from interactive calls; keep them for evaluation jobs.",)),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"assumed {LOGPROBS_SHARE:.0%} of a {typical}-token decode; {costs.decode_basis}",
             evidence=(Evidence("top_logprobs", top, "", "--request"),
                       Evidence("requests", len(asking), "", "--request")),

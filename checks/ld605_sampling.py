@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 SAMPLING_SHARE = 0.02  # assumed decode-time share of sampling vs greedy
@@ -73,6 +73,7 @@ class Sampling(Check):
                 ("Set temperature: 0 for extraction, classification and tool routing.",
                  "Drop frequency / presence / repetition penalties that were not chosen deliberately.")),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"assumed {share:.0%} of a {typical}-token decode; {costs.decode_basis}",
             evidence=(Evidence("sampling requests", len(sampling), "", "--request"),
                       Evidence("penalties", ", ".join(penalties) or "none", "", "--request")),

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 SHORT_ANSWER_TOKENS = 8
@@ -73,6 +73,7 @@ class MissingStop(Check):
                  'Add stop sequences such as "\\n".',
                  "Constrain the answer with response_format / an enum schema where the server supports it.")),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"worst case: {room:,} tokens past a {SHORT_ANSWER_TOKENS}-token answer × "
             f"{costs.decode_basis}",
             evidence=(Evidence("requests", len(open_ended), "", "short-answer phrasing, no stop"),

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 TRIVIAL_USER_CHARS = 300
@@ -73,6 +73,7 @@ class ReasoningEffort(Check):
                 ('Send "reasoning_effort": "low" (or "minimal"), or chat_template_kwargs enable_thinking: false.',
                  "Route only hard tasks to high effort.")),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"assumed {tokens:,} reasoning tokens × {costs.decode_basis}",
             evidence=(Evidence("requests", len(hits), "", "--request"),
                       Evidence("effort", ", ".join(levels), "", "reasoning_effort / thinking")),

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import REQUESTS
 
 CHARS_PER_TOKEN = 4.0
@@ -80,6 +80,7 @@ class ToolSchemas(Check):
                 ("Send only the tools relevant to this turn.", "Shorten descriptions and parameter docs.",
                  "Keep the tool list identical and first so the prefix cache can reuse it.")),
             impact_ms=impact,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"{tokens:,} tokens (chars/4) × {costs.prefill_basis}",
             evidence=(Evidence("tools", count, "", worst.source),
                       Evidence("schema size", worst.params.tools_chars, "chars", worst.source)),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST
 
@@ -104,6 +104,7 @@ class BaselineFloor(Check):
                     ),
                 ),
                 impact_ms=p50,
+                frequency=Frequency.EVERY_REQUEST,
                 impact_basis="paid by every request, however small",
                 evidence=evidence,
                 symptom=Symptom.HIGH_FLOOR,
@@ -126,6 +127,7 @@ class BaselineFloor(Check):
                     ),
                 ),
                 impact_ms=spread,
+                frequency=Frequency.SLOW_TAIL,
                 impact_basis="p90 minus p50 of identical requests",
                 evidence=evidence,
                 symptom=Symptom.UNSTABLE_FLOOR,

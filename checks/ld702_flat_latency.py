@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import timing_confidence
 from llmdoctor.probes.catalog import CLIENT_HOST, SWEEP
 
@@ -109,6 +109,7 @@ class FlatLatency(Check):
                 ),
             ),
             impact_ms=fixed,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis="fitted intercept of total latency vs output tokens",
             evidence=(
                 Evidence("fixed cost", round(fixed, 1), "ms", "sweep fit"),

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.decode import server_decode, stream_decode
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SERVER_METRICS, SWEEP
 from llmdoctor.stats import LinearFit
@@ -135,6 +135,7 @@ class DecodeSpeed(Check):
             ),
             cause=Cause.SLOW_DECODE,
             impact_ms=per_token * typical,
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=f"{basis} × a typical {typical}-token answer",
             evidence=tuple(evidence),
         )

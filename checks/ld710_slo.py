@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped, Reads
 from llmdoctor.context import Context
-from llmdoctor.findings import Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.gate import METRICS, SloError, parse_slo
 from llmdoctor.measures import measure
 from llmdoctor.probes.catalog import BASELINE, SWEEP
@@ -100,6 +101,8 @@ class SloBreached(Check):
                     ),
                 ),
                 impact_ms=over if slo.metric != "per_token" else None,
+                # a percentile above the median is paid by the slowest requests, the median by about every one
+                frequency=Frequency.SLOW_TAIL if _tail(slo.metric) else Frequency.EVERY_REQUEST,
                 impact_basis=f"measured {slo.metric} minus its objective",
                 evidence=(
                     Evidence("metric", slo.metric),
@@ -111,3 +114,9 @@ class SloBreached(Check):
             )
         if unmeasured and len(unmeasured) == len(slos):
             raise CheckSkipped(f"not measured in this run: {', '.join(unmeasured)}")
+
+
+def _tail(metric: str) -> bool:
+    """True for a percentile objective above the median (``ttft_p90``, ``total_p99``)."""
+    match = re.search(r"_p(\d+)$", metric)
+    return match is not None and int(match.group(1)) > 50

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.measures import REGRESSION_METRICS, compare_runs
 from llmdoctor.probes.catalog import BASELINE, REFERENCE, SWEEP
 from llmdoctor.regress import Comparison, Verdict
@@ -92,8 +92,8 @@ class Regression(Check):
                 _confidence(c),
                 f"Regression: {c.metric} {c.before_ms:,.1f} → {c.after_ms:,.1f} {unit} (+{rel:.0%})",
                 f"The {what} grew from {c.before_ms:,.1f} to {c.after_ms:,.1f} {unit} against the baseline of "
-                f"{ref.recorded_at or ref.source}; {c.level:.0%} interval of the difference "
-                f"{c.ci_low_ms:+,.1f}..{c.ci_high_ms:+,.1f} {unit}, p = {c.p_value:.2g} "
+                f"{ref.recorded_at or ref.source}; the difference is between {c.ci_low_ms:+,.1f} and "
+                f"{c.ci_high_ms:+,.1f} {unit} with {c.level:.0%} confidence "
                 f"({c.test}, {c.n_before} vs {c.n_after} samples).{elsewhere}",
                 Fix(
                     "Find what changed since the baseline and which phase grew.",
@@ -104,6 +104,7 @@ class Regression(Check):
                     ),
                 ),
                 impact_ms=c.diff_ms if c.metric != "per_token" else None,
+                frequency=Frequency.EVERY_REQUEST,  # a shift of the median
                 impact_basis=f"median {c.metric} now minus the baseline's",
                 evidence=(
                     Evidence("metric", c.metric),
@@ -111,7 +112,7 @@ class Regression(Check):
                     Evidence("after", round(c.after_ms, 3), unit, "this run"),
                     Evidence("interval low", round(c.ci_low_ms, 3), unit, c.test),
                     Evidence("interval high", round(c.ci_high_ms or 0.0, 3), unit, c.test),
-                    Evidence("p-value", float(f"{c.p_value:.3g}"), "", c.test),
+                    Evidence("p-value", float(f"{c.p_value:.3g}"), "", c.test, statistic=True),
                     Evidence("minimum effect", round(c.min_effect_ms, 3), unit, "gate rule"),
                     Evidence("samples", f"{c.n_before} vs {c.n_after}", "", c.test),
                 ),

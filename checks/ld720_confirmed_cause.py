@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.diagnosis.hypotheses import BY_ID
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import DIAGNOSIS
+from llmdoctor.diagnosis.model import Diagnosis
+from llmdoctor.diagnosis.scoring import DECISIVE
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.probes.catalog import DIAGNOSIS, FOLLOWUP_IDLE, IDLE
 
 
 class ConfirmedCause(Check):
@@ -78,9 +80,22 @@ class ConfirmedCause(Check):
                 f"Ruled out: {refuted}.",
                 Fix(spec.fix, spec.steps),
                 impact_ms=h.impact_ms,
+                frequency=_frequency(d, h.id, spec.cause.spec.frequency),
                 cause=spec.cause,
                 restatement=True,
                 impact_basis=h.impact_basis,
-                evidence=tuple(Evidence(o.source, o.text, f"LR {o.likelihood_ratio:g}", "diagnosis")
+                evidence=tuple(Evidence(o.source, o.text, f"LR {o.likelihood_ratio:g}", "diagnosis", statistic=True)
                                for o in h.evidence),
             )
+
+
+def _frequency(d: Diagnosis, hypothesis: str, default: Frequency) -> Frequency:
+    """How often the confirmed cause is paid: its cause's default, except that a cold start an idle
+    follow-up test saw come back (the model unloaded while idle) recurs."""
+    if default is not Frequency.COLD_START:
+        return default
+    for step in d.steps:
+        if step.ran and step.probe in (FOLLOWUP_IDLE.name, IDLE.name) and any(
+                u.hypothesis == hypothesis and u.likelihood_ratio >= DECISIVE for u in step.updates):
+            return Frequency.RECURRING_COLD_START
+    return default

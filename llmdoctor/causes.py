@@ -14,6 +14,10 @@ message array, client limits, rate limiting). Failure causes explain no latency 
 are neither a cause nor a symptom are hygiene (an unusual role order, text sent as part arrays): they
 name nothing and stay findings of their own.
 
+Each cause and symptom also says how often the traffic pays it by default (`Frequency`: on every
+request, only under load, per new connection, once per cold start, ...); a finding states its own
+when it knows better, and the ranking uses the expected cost per request.
+
 The ids are the strings of the JSON ``cause`` / ``symptom`` fields: stable, never renamed (a new one
 is a schema minor version).
 """
@@ -28,6 +32,7 @@ __all__ = [
     "CauseSpec",
     "CAUSES",
     "EXPLAINS_SHARE",
+    "Frequency",
     "Kind",
     "Symptom",
     "SYMPTOM_TITLES",
@@ -37,6 +42,59 @@ __all__ = [
 #: A cause explains a symptom only when its own measured cost is at least this share of the
 #: symptom's (when both are measured): a 5 ms handshake does not explain a 450 ms fixed cost.
 EXPLAINS_SHARE = 0.5
+
+
+class Frequency(str, Enum):
+    """How often the traffic pays a finding's impact (closed set; the value is the JSON id).
+
+    Ranking uses the expected cost per request, ``impact_ms × share``: the share of requests assumed
+    to pay it. A cost paid once per cold start is one-time: it ranks after every recurring cost of its
+    severity, unless the run shows that it recurs (an unload after idle, a keep-alive expiry, a
+    sleeping engine, several starts in the log: `RECURRING_COLD_START`).
+    """
+
+    EVERY_REQUEST = "every_request"
+    UNDER_LOAD = "under_load"
+    RECURRING_COLD_START = "recurring_cold_start"
+    NEW_CONNECTION = "new_connection"
+    SLOW_TAIL = "slow_tail"
+    COLD_START = "cold_start"
+
+    @property
+    def label(self) -> str:
+        """How the report says it: ``on every request``, ``once per cold start``."""
+        return _FREQUENCY_LABEL[self]
+
+    @property
+    def share(self) -> float:
+        """The share of requests assumed to pay it (0 for a one-time cost)."""
+        return _FREQUENCY_SHARE[self]
+
+    @property
+    def recurs(self) -> bool:
+        """False for a one-time cost (once per cold start, with no sign that cold starts recur)."""
+        return self is not Frequency.COLD_START
+
+
+_FREQUENCY_LABEL = {
+    Frequency.EVERY_REQUEST: "on every request",
+    Frequency.UNDER_LOAD: "only under load",
+    Frequency.RECURRING_COLD_START: "at each unload or restart",
+    Frequency.NEW_CONNECTION: "per new connection",
+    Frequency.SLOW_TAIL: "on the slowest requests",
+    Frequency.COLD_START: "once per cold start",
+}
+# Every request pays a floor; load and idle gaps come and go (about half the traffic is assumed to
+# meet them); pooled clients open a new connection now and then; p90 - p50 is paid by at least the
+# slowest tenth of requests. A one-time cost has no share: it ranks after the recurring ones.
+_FREQUENCY_SHARE = {
+    Frequency.EVERY_REQUEST: 1.0,
+    Frequency.UNDER_LOAD: 0.5,
+    Frequency.RECURRING_COLD_START: 0.5,
+    Frequency.NEW_CONNECTION: 0.25,
+    Frequency.SLOW_TAIL: 0.1,
+    Frequency.COLD_START: 0.0,
+}
 
 
 class Symptom(str, Enum):
@@ -54,6 +112,11 @@ class Symptom(str, Enum):
         """How the report names the symptom (``title`` would shadow `str.title`)."""
         return SYMPTOM_TITLES[self]
 
+    @property
+    def frequency(self) -> Frequency:
+        """How often a measurement of this symptom is paid, when its finding does not say."""
+        return _SYMPTOM_FREQUENCY.get(self, Frequency.EVERY_REQUEST)
+
 
 SYMPTOM_TITLES: dict[Symptom, str] = {
     Symptom.HIGH_FLOOR: "high latency floor",
@@ -62,6 +125,12 @@ SYMPTOM_TITLES: dict[Symptom, str] = {
     Symptom.SLOW_FIRST_TOKEN: "slow time to first token",
     Symptom.SLOW_PER_TOKEN: "high cost per output token",
     Symptom.SLOW_CONNECTION_SETUP: "slow connection set-up",
+}
+
+
+_SYMPTOM_FREQUENCY = {
+    Symptom.UNSTABLE_FLOOR: Frequency.SLOW_TAIL,
+    Symptom.SLOW_CONNECTION_SETUP: Frequency.NEW_CONNECTION,
 }
 
 
@@ -122,18 +191,20 @@ class CauseSpec:
     title: str
     kind: Kind
     explains: frozenset[Symptom] = frozenset()
+    #: How often the traffic pays it, when the finding does not say.
+    frequency: Frequency = Frequency.EVERY_REQUEST
 
     def can_explain(self, symptom: Symptom) -> bool:
         """True when a measurement of `symptom` may be this cause showing."""
         return symptom in self.explains
 
 
-def _latency(title: str, *explains: Symptom) -> CauseSpec:
-    return CauseSpec(title, Kind.LATENCY, frozenset(explains))
+def _latency(title: str, *explains: Symptom, paid: Frequency = Frequency.EVERY_REQUEST) -> CauseSpec:
+    return CauseSpec(title, Kind.LATENCY, frozenset(explains), paid)
 
 
-def _failure(title: str, *explains: Symptom) -> CauseSpec:
-    return CauseSpec(title, Kind.FAILURE, frozenset(explains))
+def _failure(title: str, *explains: Symptom, paid: Frequency = Frequency.EVERY_REQUEST) -> CauseSpec:
+    return CauseSpec(title, Kind.FAILURE, frozenset(explains), paid)
 
 
 _S = Symptom
@@ -145,8 +216,8 @@ _WAITING = (*_PER_REQUEST, _S.UNSTABLE_FLOOR)
 
 #: Every cause, in the order `Cause` lists them. The hypotheses' titles are these titles.
 CAUSES: dict[Cause, CauseSpec] = {
-    Cause.COLD_START: _latency("Cold start / scale-to-zero"),
-    Cause.QUEUEING: _latency("Queueing at the server", *_WAITING),
+    Cause.COLD_START: _latency("Cold start / scale-to-zero", paid=Frequency.COLD_START),
+    Cause.QUEUEING: _latency("Queueing at the server", *_WAITING, paid=Frequency.UNDER_LOAD),
     Cause.SERVER_FLOOR: _latency("Fixed per-request server overhead (slow floor)", *_PER_REQUEST),
     Cause.LONG_PREFILL: _latency("Slow prefill (prompt processing)"),
     Cause.PREFIX_CACHE_MISS: _latency("Prefix cache not used"),
@@ -157,23 +228,27 @@ CAUSES: dict[Cause, CauseSpec] = {
     Cause.NO_KEEPALIVE: _latency("New connection for every request (no keep-alive)",
                                  _S.SLOW_CONNECTION_SETUP, *_PER_REQUEST),
     Cause.SLOW_NETWORK: _latency("Slow network path", _S.SLOW_CONNECTION_SETUP, *_PER_REQUEST),
-    Cause.SLOW_DNS: _latency("Slow DNS resolution", _S.SLOW_CONNECTION_SETUP),
-    Cause.SLOW_TLS: _latency("Slow TLS handshake", _S.SLOW_CONNECTION_SETUP),
-    Cause.IPV6_FALLBACK: _latency("IPv6 addresses that do not connect (fallback delay)", _S.SLOW_CONNECTION_SETUP),
+    Cause.SLOW_DNS: _latency("Slow DNS resolution", _S.SLOW_CONNECTION_SETUP, paid=Frequency.NEW_CONNECTION),
+    Cause.SLOW_TLS: _latency("Slow TLS handshake", _S.SLOW_CONNECTION_SETUP, paid=Frequency.NEW_CONNECTION),
+    Cause.IPV6_FALLBACK: _latency("IPv6 addresses that do not connect (fallback delay)", _S.SLOW_CONNECTION_SETUP,
+                                  paid=Frequency.NEW_CONNECTION),
     Cause.GATEWAY_OVERHEAD: _latency("Time in front of the model server (gateway, proxy)", *_PER_REQUEST),
     Cause.HELD_BACK_STREAM: _latency("Stream held back by a buffering proxy", _S.HIGH_FLOOR, _S.SLOW_FIRST_TOKEN),
-    Cause.REPLICA_IMBALANCE: _latency("One replica slower than the others", _S.HIGH_FLOOR, _S.UNSTABLE_FLOOR),
-    Cause.KV_CACHE_PRESSURE: _latency("KV-cache pressure and preemption", *_WAITING),
-    Cause.GPU_SATURATION: _latency("GPU saturated", *_WAITING, _S.SLOW_PER_TOKEN),
-    Cause.GPU_MEMORY: _latency("GPU memory nearly full"),
-    Cause.HOST_PRESSURE: _latency("Host CPU or memory pressure", *_WAITING, _S.SLOW_PER_TOKEN),
-    Cause.RATE_LIMITING: _failure("Rate limiting (HTTP 429, or a limiting gateway's 503)", _S.UNSTABLE_FLOOR),
+    Cause.REPLICA_IMBALANCE: _latency("One replica slower than the others", _S.HIGH_FLOOR, _S.UNSTABLE_FLOOR,
+                                      paid=Frequency.SLOW_TAIL),
+    Cause.KV_CACHE_PRESSURE: _latency("KV-cache pressure and preemption", *_WAITING, paid=Frequency.UNDER_LOAD),
+    Cause.GPU_SATURATION: _latency("GPU saturated", *_WAITING, _S.SLOW_PER_TOKEN, paid=Frequency.UNDER_LOAD),
+    Cause.GPU_MEMORY: _latency("GPU memory nearly full", paid=Frequency.UNDER_LOAD),
+    Cause.HOST_PRESSURE: _latency("Host CPU or memory pressure", *_WAITING, _S.SLOW_PER_TOKEN,
+                                  paid=Frequency.UNDER_LOAD),
+    Cause.RATE_LIMITING: _failure("Rate limiting (HTTP 429, or a limiting gateway's 503)", _S.UNSTABLE_FLOOR,
+                                  paid=Frequency.UNDER_LOAD),
     Cause.ENDPOINT_UNREACHABLE: _failure("Endpoint unreachable (refused, DNS, TLS, timeout)"),
     Cause.ENDPOINT_MISCONFIGURED: _failure("Endpoint, credentials or model misconfigured"),
     Cause.SERVER_ERRORS: _failure("Server errors (5xx, crashes, OOM, cut streams)"),
     Cause.OVERSIZED_PROMPT: _failure("Prompt does not fit the context window"),
     Cause.MALFORMED_REQUEST: _failure("Malformed chat request"),
-    Cause.CLIENT_LIMITS: _failure("Client limits (open files, ephemeral ports)"),
+    Cause.CLIENT_LIMITS: _failure("Client limits (open files, ephemeral ports)", paid=Frequency.UNDER_LOAD),
 }
 
 #: The gate's metrics (``--slo``, ``--compare``) and the symptom a breach or regression of each shows.

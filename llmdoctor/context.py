@@ -368,7 +368,7 @@ class Context:
         if self.deadline_at is not None and self.time_left() == 0:
             return _Slot(ProbeStatus(name, False, self.deadline_reason))
         if self.on_probe:
-            self.on_probe(name, spec.description)
+            self.on_probe(name, spec.label)
         started = time.perf_counter()
         allowed = frozenset((*spec.needs, *spec.optional_under(self.options)))
         self._readers.append(_Reader(name, allowed, frozenset(spec.orders), False))

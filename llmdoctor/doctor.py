@@ -16,7 +16,7 @@ from llmdoctor.report import Accounting, Report
 from llmdoctor.runner import CheckOutcome, run_one, schedule_for
 from llmdoctor.target import Options, Target
 
-__all__ = ["diagnose", "Progress"]
+__all__ = ["diagnose", "Progress", "progress_line"]
 
 Progress = Callable[[str], None]
 
@@ -43,9 +43,9 @@ def diagnose(
     registry = load_registry()
     checks: list[type[Check]] = select(registry.checks, selected, ignored)
 
-    def on_probe(name: str, description: str) -> None:
+    def on_probe(name: str, title: str) -> None:
         if progress:
-            progress(f"probing {name}: {description} · {ctx.requests_sent} requests sent so far")
+            progress(progress_line(title, ctx.requests_sent))
 
     ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send)
     outcomes: list[CheckOutcome] = [
@@ -62,7 +62,7 @@ def diagnose(
             if interrupted and not ctx.complete(check.reads(options).all):
                 continue  # judged only on measurements Ctrl-C did not cut short
             if progress:
-                progress(f"{check.id} {check.title}")
+                progress(f"Checking {check.id}: {check.title}…")
             outcomes.append(run_one(check, ctx))
     except KeyboardInterrupt:
         interrupted = True
@@ -91,6 +91,12 @@ def diagnose(
         client_host=results.get(CLIENT_HOST),
     )
     return report, ctx
+
+
+def progress_line(title: str, sent: int) -> str:
+    """What the progress line says while a probe measures: ``Measuring the first request… · 1 request sent so far``."""
+    so_far = "no request sent yet" if not sent else f"{sent:,} request{'' if sent == 1 else 's'} sent so far"
+    return f"Measuring {title}… · {so_far}"
 
 
 def _model(results: Results, target: Target | None) -> str | None:

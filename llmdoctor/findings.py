@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from llmdoctor.causes import Cause, Symptom
+from llmdoctor.causes import Cause, Frequency, Symptom
 
-__all__ = ["Severity", "Confidence", "Evidence", "Fix", "Finding"]
+__all__ = ["Severity", "Confidence", "Evidence", "Fix", "Finding", "Frequency", "NEGLIGIBLE_MS"]
 
 
 class Severity(str, Enum):
@@ -42,12 +42,18 @@ class Confidence(str, Enum):
 _CONFIDENCE_WEIGHT = {Confidence.HIGH: 1.0, Confidence.MEDIUM: 0.7, Confidence.LOW: 0.4}
 
 
+#: A measured impact below this is no cost at all: the report shows such a finding as info, under
+#: "Also noted", never ranked above a costly one.
+NEGLIGIBLE_MS = 1.0
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One measured fact behind a finding.
 
     `sensitive` values are masked by every renderer; `source` names the probe,
-    file or URL path the value came from.
+    file or URL path the value came from. A `statistic` (a p-value, a likelihood
+    ratio) is for tooling: the JSON carries it, the reports people read do not.
     """
 
     label: str
@@ -55,6 +61,7 @@ class Evidence:
     unit: str = ""
     source: str = ""
     sensitive: bool = False
+    statistic: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,9 @@ class Finding:
     impact_ms: float | None = None
     impact_basis: str = ""
     evidence: tuple[Evidence, ...] = field(default_factory=tuple)
+    #: How often the traffic pays `impact_ms` (every check that sets an impact states it); None
+    #: falls back to the default of the finding's cause or symptom (`paid`).
+    frequency: Frequency | None = None
     #: The cause this finding reports, from the closed set of `llmdoctor.causes` (a plugin may pass its
     #: id as a string: it is checked against the set). Shared by the checklist checks and the
     #: differential diagnosis's hypotheses, so one cause is listed once.
@@ -106,9 +116,34 @@ class Finding:
             object.__setattr__(self, "cause", Cause(self.cause) if self.cause else None)
         if self.symptom is not None and not isinstance(self.symptom, Symptom):
             object.__setattr__(self, "symptom", Symptom(self.symptom) if self.symptom else None)
+        if self.frequency is not None and not isinstance(self.frequency, Frequency):
+            object.__setattr__(self, "frequency", Frequency(self.frequency))
         if self.cause is not None and self.symptom is not None:
             raise ValueError(f"a finding names a cause or a symptom, not both ({self.cause.value}, "
                              f"{self.symptom.value})")
+
+    @property
+    def paid(self) -> Frequency:
+        """How often the impact is paid: the finding's own `frequency`, else its cause's or symptom's default."""
+        if self.frequency is not None:
+            return self.frequency
+        if self.cause is not None:
+            return self.cause.spec.frequency
+        if self.symptom is not None:
+            return self.symptom.frequency
+        return Frequency.EVERY_REQUEST
+
+    @property
+    def negligible(self) -> bool:
+        """True when the impact was measured and is about 0 ms."""
+        return self.impact_ms is not None and abs(self.impact_ms) < NEGLIGIBLE_MS
+
+    @property
+    def cost_per_request_ms(self) -> float | None:
+        """The expected cost per request, ``impact_ms × share`` (None when not estimated)."""
+        if self.impact_ms is None:
+            return None
+        return max(0.0, self.impact_ms) * self.paid.share
 
     @property
     def own(self) -> tuple[Severity, float | None]:

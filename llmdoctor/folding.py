@@ -7,9 +7,12 @@ objective) folds under the best ranked cause that explains it (`llmdoctor.causes
 cause's measured cost is at least `EXPLAINS_SHARE` of the symptom's when both are measured. A symptom
 no cause explains stays a finding of its own.
 
-A group takes the worst severity and the largest impact of its members, so folding never changes
-the exit code, and it ranks at least where the best ranked of its members would have ranked alone
-(`report.rank_key`); the finding keeps its own values in `own_severity` / `own_impact_ms`.
+Before grouping, a finding of a latency cause whose measured impact is about 0 ms
+(`llmdoctor.findings.NEGLIGIBLE_MS`) is set to info: it costs nothing, so it neither ranks above a
+costly finding nor moves the exit code. A group takes the worst severity and the largest impact of its
+members, and the most frequent way of paying it (`_paid`), so folding never changes the exit code,
+and it ranks at least where the best ranked of its members would have ranked alone (`report.rank_key`);
+the finding keeps its own values in `own_severity` / `own_impact_ms`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from llmdoctor.causes import CAUSES, EXPLAINS_SHARE, Cause
-from llmdoctor.findings import Finding
+from llmdoctor.causes import CAUSES, EXPLAINS_SHARE, Cause, Frequency, Kind
+from llmdoctor.findings import Finding, Severity
 from llmdoctor.report import rank, rank_key
 from llmdoctor.runner import CheckOutcome
 
-__all__ = ["fold", "fold_outcomes", "explains"]
+__all__ = ["fold", "fold_outcomes", "explains", "settle"]
 
 
 def explains(cause: Finding, symptom: Finding, cause_impact_ms: float | None = None) -> bool:
@@ -37,6 +40,13 @@ def explains(cause: Finding, symptom: Finding, cause_impact_ms: float | None = N
         return True
     cost = cause.impact_ms if cause_impact_ms is None else cause_impact_ms
     return cost is not None and cost >= EXPLAINS_SHARE * symptom.impact_ms
+
+
+def settle(f: Finding) -> Finding:
+    """`f`, as info when it names a latency cause and its measured impact is about 0 ms."""
+    if f.negligible and f.cause is not None and f.cause.spec.kind == Kind.LATENCY and f.severity != Severity.INFO:
+        return dataclasses.replace(f, severity=Severity.INFO)
+    return f
 
 
 def _groups(findings: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
@@ -85,13 +95,20 @@ def _combined(primary: Finding, supporting: Sequence[Finding]) -> Finding:
         if f.impact_ms is not None and (impact is None or f.impact_ms > impact):
             impact, basis = f.impact_ms, f"from {f.check_id}: {f.impact_basis}"
     return dataclasses.replace(primary, severity=severity, impact_ms=impact, impact_basis=basis,
-                               supporting=tuple(rank(supporting)), own_severity=primary.severity,
-                               own_impact_ms=primary.impact_ms)
+                               frequency=_paid(members), supporting=tuple(rank(supporting)),
+                               own_severity=primary.severity, own_impact_ms=primary.impact_ms)
+
+
+def _paid(members: Sequence[Finding]) -> Frequency:
+    """How often a group is paid: the most frequent way any member with a cost is paid (a cold start that
+    one member shows recurring after idle recurs), else the primary's."""
+    costed = [f.paid for f in members if f.impact_ms is not None] or [members[0].paid]
+    return max(costed, key=lambda p: (p.recurs, p.share))
 
 
 def fold(findings: Sequence[Finding]) -> list[Finding]:
     """The findings as the report lists them: each cause once, its symptoms folded under it, ranked."""
-    return rank([_combined(p, s) for p, s in _groups(findings)])
+    return rank([_combined(p, s) for p, s in _groups([settle(f) for f in findings])])
 
 
 def fold_outcomes(outcomes: Sequence[CheckOutcome]) -> list[Finding]:
@@ -100,6 +117,8 @@ def fold_outcomes(outcomes: Sequence[CheckOutcome]) -> list[Finding]:
     A check whose finding folded under another check's keeps its status (it found something) and
     says where the finding is listed, so the checks' tally agrees with the report.
     """
+    for outcome in outcomes:
+        outcome.findings = [settle(f) for f in outcome.findings]
     groups = _groups([f for o in outcomes for f in o.findings])
     final: dict[int, Finding] = {}
     home: dict[int, Finding] = {}

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 
 class ExitCode:
@@ -171,15 +171,23 @@ def exit_code_for(findings: Sequence[Finding], fail_on: str = "warning") -> int:
     return ExitCode.OK
 
 
-def rank_key(f: Finding) -> tuple[int, float, str, str]:
-    """Sort key of a finding: severity, then impact weighted by confidence, then checklist order.
+def rank_key(f: Finding) -> tuple[int, int, bool, float, str, str]:
+    """Sort key of a finding: what it costs the traffic.
 
-    A finding with others folded under it ranks at least where the best ranked of them would.
+    Severity first; then by what is known of the cost: a measured cost, then a cost not estimated,
+    then a ~0 ms one; among measured costs a recurring one before a one-time one (paid once per cold
+    start, with no sign that cold starts recur); then the expected cost per request
+    (`Finding.cost_per_request_ms`: impact × the share of requests that pay it; a one-time cost by its
+    impact) weighted by confidence; then checklist order. A finding with others folded under it ranks
+    at least where the best ranked of them would.
     """
-    weighted = (f.impact_ms or 0.0) * f.confidence.weight
-    return min([(f.severity.rank, -weighted, f.check_id, f.title), *(rank_key(s) for s in f.supporting)])
+    known = 2 if f.negligible else 1 if f.impact_ms is None else 0
+    recurs = f.paid.recurs
+    cost = (f.cost_per_request_ms if recurs else f.impact_ms) or 0.0
+    own = (f.severity.rank, known, not recurs, -max(0.0, cost) * f.confidence.weight, f.check_id, f.title)
+    return min([own, *(rank_key(s) for s in f.supporting)])
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:
-    """Deterministic order: severity, then impact weighted by confidence, then checklist order."""
+    """Deterministic order by what each finding costs the traffic (`rank_key`)."""
     return sorted(findings, key=rank_key)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
+import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +27,7 @@ __all__ = [
     "TargetError",
     "build_target",
     "display_url",
+    "host_problem",
     "normalize_base_url",
     "parse_headers",
 ]
@@ -52,6 +56,45 @@ def display_url(url: str) -> str:
     return scheme + sep + authority + tail
 
 
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` cannot be an endpoint's host, or None: an IP literal or a DNS name (RFC 1123 labels).
+
+    Underscores are accepted (Docker and Compose service names resolve with them); a name made of
+    digits and dots must be an IPv4 address; non-ASCII names must encode to IDNA. What this lets
+    through is then for DNS to answer: an unknown name is a finding of the run, a malformed one
+    (``ht!tp``, ``a..b``, ``-x-``) a usage error before anything is sent.
+    """
+    try:
+        ipaddress.ip_address(host.partition("%")[0])  # an IPv6 literal may carry a zone (%eth0)
+        return None
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host  # a fully qualified name may end with its root dot
+    labels = name.split(".")
+    if any(not label for label in labels):
+        return f"{host!r} has an empty label (two dots in a row, or a leading dot)"
+    try:
+        ascii_labels = [label if label.isascii() else label.encode("idna").decode("ascii") for label in labels]
+    except UnicodeError:
+        return f"{host!r} is not a valid internationalized domain name"
+    if len(".".join(ascii_labels)) > 253:
+        return "a host name has at most 253 characters"
+    bad = next((label for label in ascii_labels if not _LABEL.fullmatch(label)), None)
+    if bad is not None:
+        what = repr(host) if bad == host else f"{bad!r} in {host!r}"
+        return (f"{what} is not a host name (labels of letters, digits and '-', not at either end, "
+                "at most 63 characters; or an IP address)")
+    if all(label.isdigit() for label in ascii_labels):
+        try:
+            socket.inet_aton(name)
+        except OSError:
+            return f"{host!r} is not an IPv4 address"
+    return None
+
+
 def normalize_base_url(url: str) -> str:
     """Return the OpenAI-compatible base URL ending in ``/v1``.
 
@@ -75,6 +118,9 @@ def normalize_base_url(url: str) -> str:
     if not parts.hostname:
         raise TargetError(f"endpoint URL has no host: {shown!r}")
     del port
+    problem = host_problem(parts.hostname)
+    if problem:
+        raise TargetError(f"invalid host in endpoint URL {shown!r}: {problem}")
     path = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions", "/models"):
         if path.endswith(suffix):

@@ -27,3 +27,13 @@ def test_case(path: Path) -> None:
     assert check is not None, f"fixtures/{path.parent.name} names no registered check"
     outcome = run_case(check, path)
     assert_outcome(outcome, load_case(path)["expect"], where=str(path.relative_to(FIXTURES)))
+
+
+@pytest.mark.parametrize("path", CASES, ids=_case_id)
+def test_every_impact_says_how_often_it_is_paid(path: Path) -> None:
+    """The ranking weighs an impact by how often the traffic pays it: a check that sets one states it."""
+    check = REGISTRY.by_id(path.parent.name)
+    assert check is not None
+    for f in run_case(check, path).findings:
+        if f.impact_ms is not None:
+            assert f.frequency is not None, f"{path.parent.name} sets impact_ms without a frequency: {f.title}"

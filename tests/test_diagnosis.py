@@ -10,6 +10,7 @@ follow-up probe would. The recorded measurements replay to the same diagnosis.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ class Case:
     load: int = 0
     no_metrics: bool = False
     args: tuple[str, ...] = ()
+    #: The injected cause costs ~0 ms here (a loopback handshake): confirmed and listed, but as info, last.
+    negligible: bool = False
 
 
 CASES = [
@@ -78,7 +81,7 @@ CASES = [
     Case("long-prefill", "long_prefill", ("prefill",)),
     Case("slow-decode", "slow_decode", ("decode",)),
     Case("cold-start", "cold_start", ("cold start",)),
-    Case("close-connections", "no_keepalive", ("connection",)),
+    Case("close-connections", "no_keepalive", ("connection",), negligible=True),
     Case("slow-floor", "server_floor", ("floor", "fixed")),
 ]
 
@@ -145,6 +148,11 @@ def test_top_finding_names_the_injected_cause(case: Case, runs: dict[str, Run], 
     run = runs[case.profile]
     report = run.report
     top = report["findings"][0]
+    if case.negligible:
+        # confirmed, but on loopback a new connection costs well under 1 ms: a cause of ~0 ms is info and
+        # ranks after every costly finding (here the busy shared host may be one)
+        top = next(f for f in report["findings"] if f["cause"] == case.cause)
+        assert top["negligible"] and top["severity"] == "info" and top is report["findings"][-1], top
     assert any(k in top["title"].lower() for k in case.keywords), (case.profile, [
         (f["check_id"], f["title"], f["impact_ms"]) for f in report["findings"][:4]])
     d = report["diagnosis"]
@@ -186,11 +194,13 @@ def test_replay_gives_the_same_diagnosis(case: Case, runs: dict[str, Run], capsy
     markdown = run_cli(capsys, "replay", str(run.recording), "--format", "markdown").out
     assert "## Differential diagnosis" in markdown and "conclusion:" in markdown and "Ruled out:" in markdown
     text = run_cli(capsys, "replay", str(run.recording)).out
-    assert "Confirmed: " in text and "Differential diagnosis — " in text and "conclusion: " in text
+    assert "Confirmed: " in text and re.search(r"^Differential diagnosis$", text, re.M) and "conclusion: " in text
+    # plain language for people: the probabilities and likelihood ratios stay in the JSON
+    for report in (text, markdown):
+        assert not re.search(r"\bp = \d|\bLR \d|\d%\s*→", report), re.findall(r".*(?:p = |LR ).*", report)
 
 
 def test_html_shows_the_chain(runs: dict[str, Run], capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("plotly")
     page = run_cli(capsys, "replay", str(runs["slow-floor"].recording), "--format", "html").out
     assert "<h2>Differential diagnosis</h2>" in page and "<ol class=chain>" in page and "Ruled out:" in page
 

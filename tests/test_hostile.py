@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -398,14 +399,26 @@ def test_hostile_endpoint(case: Case, capsys: pytest.CaptureFixture[str], monkey
         outputs += [text.out, text.err]
         # A working stream's warnings depend on measured timings, which differ between two runs.
         assert text.code == result.code if case.code is not None else text.code in (0, 1)
-        if case.title:  # the human report names it on one line
-            assert any(case.title in line and "LD001" in line for line in text.out.splitlines()), text.out
+        if case.title:  # the human report names it in its ranked summary, and its details name the check
+            _assert_summary_names(text.out, case.title, "LD001")
     for out in outputs:
         assert "Traceback" not in out
     _assert_no_canary(*outputs)
     assert CANARY_KEY not in json.dumps(report) and "llmdoctor: GET" in result.err  # --verbose logged
     if srv is not None:
         assert srv.errors == [] or all(isinstance(e, OSError) for e in srv.errors)
+
+
+def _assert_summary_names(out: str, title: str, check_id: str) -> None:
+    """A summary line (`` N. SEVERITY title — cost · fix``) has `title`; the details of rank N are `check_id`'s.
+
+    The summary answers first without ids; its rank links each line to the details, whose heading
+    (`` N. heading · LD001 · critical · confirmed``) names the check.
+    """
+    summary = re.compile(r"^\s*(\d+)\. (?:CRITICAL|WARNING|INFO)\s+(.*)$")
+    ranks = [m.group(1) for m in map(summary.match, out.splitlines()) if m and title in m.group(2)]
+    assert ranks, out
+    assert any(re.search(rf"^\s*{rank}\. .+ · {check_id} · ", out, re.M) for rank in ranks), out
 
 
 # -- deadlines, Ctrl-C, budget, dry run -------------------------------------------------------

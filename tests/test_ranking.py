@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from llmdoctor.causes import Cause, Symptom
+from llmdoctor.causes import Cause, Frequency, Symptom
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
 from llmdoctor.folding import fold, fold_outcomes
 from llmdoctor.report import exit_code_for, rank
@@ -15,9 +15,10 @@ from llmdoctor.runner import CheckOutcome, Status
 
 def _f(check_id: str, severity: Severity = Severity.WARNING, impact: float | None = 100.0,
        confidence: Confidence = Confidence.HIGH, cause: str = "", restatement: bool = False,
-       symptom: str = "") -> Finding:
+       symptom: str = "", frequency: str = "") -> Finding:
     return Finding(severity, confidence, f"title {check_id}", "message", Fix("fix"), impact_ms=impact,
-                   cause=cause or None, symptom=symptom or None, restatement=restatement, check_id=check_id)
+                   cause=cause or None, symptom=symptom or None, restatement=restatement, check_id=check_id,
+                   frequency=frequency or None)
 
 
 def _listed(findings: list[Finding]) -> list[tuple[str, list[str]]]:
@@ -42,9 +43,10 @@ def test_a_restated_cause_folds_under_the_checklist_finding() -> None:
     restated = _f("LD720", impact=1200, cause="cold_start", restatement=True)
     other = _f("LD720", impact=50, cause="queueing", restatement=True)
     listed = fold([restated, checklist, other])
-    # the checklist finding carries the ranking, with the diagnosis's confirmation as its evidence
-    assert _listed(listed) == [("LD301", ["LD720"]), ("LD720", [])] and listed[1].cause == Cause.QUEUEING
-    top = listed[0]
+    # the checklist finding carries the ranking, with the diagnosis's confirmation as its evidence; the
+    # queueing (paid under load) ranks above the cold start (paid once, with no sign that it recurs)
+    assert _listed(listed) == [("LD720", []), ("LD301", ["LD720"])] and listed[0].cause == Cause.QUEUEING
+    top = listed[1]
     assert top.impact_ms == 1200 and top.own == (Severity.WARNING, 100.0) and "from LD720" in top.impact_basis
 
 
@@ -60,7 +62,7 @@ def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
     from llmdoctor.report import Breakdown
 
     line = fit_summary(Breakdown(label="x", total_ms=10.0, fixed_ms=-7.0, per_token_ms=9.0, typical_output_tokens=64))
-    assert line is not None and "fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
+    assert line is not None and "Fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line
     assert fit_summary(Breakdown(label="x", total_ms=10.0)) is None
 
 
@@ -114,7 +116,7 @@ def test_a_cause_too_small_for_the_symptom_does_not_explain_it() -> None:
 
 def test_a_symptom_of_two_causes_folds_under_the_better_ranked_one_in_any_order() -> None:
     rtt = _f("LD406", impact=300, cause="slow_network")
-    queue = _f("LD203", impact=400, cause="queueing")
+    queue = _f("LD203", impact=700, cause="queueing")  # paid under load: ~350 ms per request
     floor = _f("LD701", impact=600, symptom="high_floor")
     setup = _f("LD401", impact=250, symptom="slow_connection_setup")
     decode = _f("LD703", impact=200, cause="slow_decode")  # explains a floor, but too small for this one
@@ -129,7 +131,8 @@ def test_a_symptom_of_two_causes_folds_under_the_better_ranked_one_in_any_order(
 def test_a_symptom_no_cause_explains_stays_a_finding_of_its_own() -> None:
     fixed = _f("LD702", impact=450, symptom="fixed_cost")
     cold = _f("LD301", impact=1200, cause="cold_start")  # a cold start does not explain the warm floor
-    assert _listed(fold([fixed, cold])) == [("LD301", []), ("LD702", [])]
+    # ... and, paid once, it ranks below the fixed cost every request pays
+    assert _listed(fold([fixed, cold])) == [("LD702", []), ("LD301", [])]
 
 
 def test_causes_and_symptoms_are_a_closed_set() -> None:
@@ -141,3 +144,43 @@ def test_causes_and_symptoms_are_a_closed_set() -> None:
         _f("LD999", cause="queueing", symptom="high_floor")
     assert _f("LD203", cause="queueing").cause is Cause.QUEUEING
     assert _f("LD701", symptom="high_floor").symptom is Symptom.HIGH_FLOOR
+
+
+def test_a_one_time_cost_ranks_below_what_every_request_pays_unless_it_recurs() -> None:
+    """The demo's case: a 1,200 ms cold start paid once vs a 354 ms floor every request pays."""
+    cold = _f("LD301", impact=1200, cause="cold_start", frequency="cold_start")
+    floor = _f("LD702", impact=354, symptom="fixed_cost", frequency="every_request")
+    tail = _f("LD701", impact=40, symptom="unstable_floor", frequency="slow_tail")
+    assert [f.check_id for f in fold([cold, tail, floor])] == ["LD702", "LD701", "LD301"]
+    assert cold.cost_per_request_ms == 0.0 and floor.cost_per_request_ms == 354
+    # a cost no one estimated (a busy host) ranks after the measured ones, the one-time cold start included
+    busy = _f("LD208", impact=None, cause="host_pressure")
+    assert [f.check_id for f in fold([busy, cold, floor])] == ["LD702", "LD301", "LD208"]
+    # evidence that cold starts recur (the model unloads when idle) makes it a recurring cost: ~600 ms a request
+    idle = _f("LD304", impact=1100, cause="cold_start", frequency="recurring_cold_start", confidence=Confidence.MEDIUM)
+    listed = fold([cold, floor, idle])
+    assert _listed(listed) == [("LD304", ["LD301"]), ("LD702", [])]
+    assert listed[0].paid is Frequency.RECURRING_COLD_START and listed[0].impact_ms == 1200
+
+
+def test_a_frequency_defaults_to_its_cause_or_symptom() -> None:
+    assert _f("LD301", cause="cold_start").paid is Frequency.COLD_START
+    assert _f("LD203", cause="queueing").paid is Frequency.UNDER_LOAD
+    assert _f("LD401", symptom="slow_connection_setup").paid is Frequency.NEW_CONNECTION
+    assert _f("LD102").paid is Frequency.EVERY_REQUEST
+    assert _f("LD407", cause="no_keepalive", frequency="every_request").paid is Frequency.EVERY_REQUEST
+    with pytest.raises(ValueError):
+        _f("LD999", frequency="sometimes")
+
+
+def test_a_finding_of_about_0_ms_is_info_and_never_ranked_above_a_costly_one() -> None:
+    """LD302 'impact ~0.0 ms · confidence high' was listed as a warning above real costs."""
+    restart = _f("LD302", impact=0.0, cause="cold_start")
+    decode = _f("LD703", Severity.INFO, impact=80, cause="slow_decode")
+    listed = fold([restart, decode])
+    assert [f.check_id for f in listed] == ["LD703", "LD302"]
+    assert listed[1].severity is Severity.INFO and listed[1].negligible
+    assert exit_code_for(listed) == 0
+    # a gate's breach is not a latency cause: it keeps its severity whatever its size
+    breach = _f("LD710", Severity.CRITICAL, impact=0.4, symptom="slow_first_token")
+    assert fold([breach])[0].severity is Severity.CRITICAL

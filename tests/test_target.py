@@ -33,6 +33,30 @@ def test_a_bad_url_is_a_target_error_that_does_not_echo_the_password() -> None:
         build_target("http://user:hunter2@/v1", environ={})
 
 
+@pytest.mark.parametrize(("url", "problem"), [
+    ("ht!tp:/nope", "'ht!tp' is not a host name"),  # the example: was sent to DNS, exit 2
+    ("http://exa mple.com", "'exa mple' in 'exa mple.com' is not a host name"),
+    ("http://-gpu-.example:8000", "'-gpu-' in"),
+    ("http://a..b", "empty label"),
+    ("http://999.1.1.1", "not an IPv4 address"),
+    ("http://" + "a" * 64 + ".com", "at most 63 characters"),
+    ("http://" + "a." * 127 + "com", "at most 253 characters"),
+])
+def test_a_malformed_host_is_a_target_error(url: str, problem: str) -> None:
+    with pytest.raises(TargetError, match="invalid host in endpoint URL") as exc:
+        build_target(url, environ={})
+    assert problem in str(exc.value)
+
+
+@pytest.mark.parametrize("url", [
+    "http://localhost:8000", "http://my_service:8000",  # Compose service names resolve with underscores
+    "http://gpu-box.internal.", "http://10.0.0.1", "http://127.1", "http://[::1]:8000",
+    "http://[fe80::1%25eth0]:8000", "http://bücher.example", "https://xn--bcher-kva.example",
+])
+def test_hosts_that_may_resolve_are_accepted(url: str) -> None:
+    assert build_target(url, environ={}).base_url.endswith("/v1")
+
+
 def test_parse_headers_strips_and_rejects_a_value_without_a_colon() -> None:
     assert parse_headers(["X-A:  1 ", "X-B:b:c"]) == (("X-A", "1"), ("X-B", "b:c"))
     with pytest.raises(TargetError, match="Name: value"):

@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from llmdoctor.cli.export import export_options, export_settings
+from llmdoctor.cli.helpgroups import GroupedCommand
 from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
-from llmdoctor.cli.output import common_output_options, emit, run_and_exit
+from llmdoctor.cli.output import Presentation, common_output_options, emit, output_format, run_and_exit
 from llmdoctor.cli.simulator import demo_server
 from llmdoctor.cli.usage import (
     header_args,
@@ -29,7 +30,21 @@ from llmdoctor.cli.usage import (
 __all__ = ["check"]
 
 
-@click.command()
+#: check --help, by what the options are for.
+OPTION_GROUPS = (
+    ("Target", ("endpoint", "model", "api_key_env", "headers", "timeout_s", "insecure", "ca_bundle", "dns_server")),
+    ("Request budget", ("max_requests", "samples", "typical_output_tokens", "concurrency", "idle_test_s",
+                        "followup_budget", "no_followup", "deadline_s", "dry_run")),
+    ("Evidence sources", ("logs", "journal_unit", "since", "metrics_url", "gpu_metrics_url", "pid")),
+    ("Request lint", ("request_files", "tokenizer", "context_window")),
+    ("Gate", ("fail_on", "slos", "compare_file", "save_baseline", "select", "ignore")),
+    ("Output", ("as_json", "fmt", "output", "verbose", "no_color", "save_measurements", "push_gateway", "push_job",
+                "textfile_dir")),
+    ("Fleet", ("endpoints_file", "rate", "watch_s", "watch_count")),
+)
+
+
+@click.command(cls=GroupedCommand, option_groups=OPTION_GROUPS)
 @click.option("--endpoint", "-e", default=None, metavar="URL",
               help="Base URL of the OpenAI-compatible API, with or without /v1 (http://host:8000). "
                    "Without it, the embedded demo simulator is diagnosed.")
@@ -81,7 +96,8 @@ __all__ = ["check"]
 @click.option("--dry-run", is_flag=True,
               help="Print the requests the run would send (method, URL, body shape, upper bound) and send none.")
 @click.option("--verbose", "-v", is_flag=True,
-              help="Log every request on stderr (status, times, headers sent with secrets masked).")
+              help="Log every request on stderr (status, times, headers sent with secrets masked), and list "
+                   "the skipped checks with their reasons in the report.")
 @gate_options
 @export_options
 @common_output_options
@@ -93,7 +109,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
           followup_budget: str, no_followup: bool,
           save_measurements: str | None, deadline_s: float | None, dry_run: bool, verbose: bool, as_json: bool,
           fmt: str | None, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-          fail_on: str, **gate: Any) -> None:
+          fail_on: str, no_color: bool, **gate: Any) -> None:
     """Run the checklist against an endpoint and print a ranked diagnosis.
 
     \b
@@ -119,8 +135,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     """
     from llmdoctor.target import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
 
-    if fmt is None:
-        fmt = "json" if as_json else "text"
+    fmt = output_format(fmt, as_json, output)
     options = Options(
         request=RequestPolicy(timeout_s=timeout_s, max_requests=max_requests, samples=samples,
                               idle_test_s=idle_test_s, deadline_s=deadline_s, verbose=verbose),
@@ -150,7 +165,8 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         saves = [p for p in (save_measurements, gate["save_baseline"]) if p]
         if gate["save_baseline"] and select:  # a baseline needs the baseline and sweep probes measured
             select = (*select, "LD701", "LD702")
-        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export)
+        run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export,
+                     presentation=Presentation(verbose=verbose, no_color=no_color))
 
 
 def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import re
+import shutil
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llmdoctor.cli.export import export_options, export_settings
 from llmdoctor.cli.modes import apply_gate, inject_reference, replay_gate_options
-from llmdoctor.cli.output import common_output_options, run_and_exit
+from llmdoctor.cli.output import NO_COLOR_OPTION, Presentation, common_output_options, output_format, run_and_exit
 from llmdoctor.cli.usage import UsageProblem, require_format, require_known_ids
 
-__all__ = ["explain", "list_checks", "replay"]
+if TYPE_CHECKING:
+    from llmdoctor.check import Check
+
+__all__ = ["docs_as_text", "explain", "list_checks", "replay"]
 
 
 @click.command(name="checks")
@@ -37,29 +45,79 @@ def list_checks(as_json: bool) -> None:
 
 @click.command()
 @click.argument("check_id")
-def explain(check_id: str) -> None:
+@NO_COLOR_OPTION
+def explain(check_id: str, no_color: bool) -> None:
     """Print a check's documentation: what it checks, why it matters, how to fix it."""
-    import inspect
-
     from llmdoctor.registry import find_check
 
     check_cls = find_check(check_id)
     if check_cls is None:
         raise UsageProblem(f"no check {check_id!r}; `llmdoctor checks` lists them")
-    click.echo(f"{check_cls.id} {check_cls.name} — {check_cls.title}  [{check_cls.category.value}]\n")
-    click.echo(inspect.cleandoc(check_cls.__doc__ or ""))
-    if check_cls.declared():
-        click.echo(f"\nMeasurements used: {', '.join(p.name for p in check_cls.declared())}")
+    color = sys.stdout.isatty() and not no_color and not os.environ.get("NO_COLOR")
+    width = min(shutil.get_terminal_size().columns, 100)
+    click.echo(docs_as_text(check_cls, width=width, color=color))
+
+
+def docs_as_text(check_cls: type[Check], *, width: int = 80, color: bool = False) -> str:
+    """A check's docstring as terminal text: headings, paragraphs reflowed to `width`, no markup
+    (````max_tokens```` reads max_tokens), and what it measures in the user's words."""
+    import inspect
+
+    def bold(text: str) -> str:
+        return click.style(text, bold=True) if color else text
+
+    doc = inspect.cleandoc(check_cls.__doc__ or "")
+    out = [bold(f"{check_cls.id} {check_cls.name} — {check_cls.title}") + f"  [{check_cls.category.value}]", ""]
+    for block in re.split(r"\n\s*\n", doc):
+        heading = re.match(r"^## +(.+?)\s*$", block.split("\n", 1)[0])
+        if heading:
+            out.append(bold(heading.group(1)))
+            block = block.split("\n", 1)[1] if "\n" in block else ""
+            if not block.strip():
+                continue
+        out += _paragraphs(_plain(block), width) + [""]
+    probes = check_cls.declared()
+    if probes:
+        measures = "Measures: " + "; ".join(p.label for p in probes) + "."
+        out += textwrap.wrap(measures, width=width, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _plain(text: str) -> str:
+    """Docstring markup as plain text: ``code`` and `code` lose their backquotes, **bold** its stars."""
+    text = re.sub(r"``(.+?)``", r"\1", text, flags=re.S)
+    text = re.sub(r"(?<!\w)`([^`]+?)`(?!\w)", r"\1", text)
+    return re.sub(r"\*\*(.+?)\*\*", r"\1", text, flags=re.S)
+
+
+def _paragraphs(block: str, width: int) -> list[str]:
+    """Reflow a paragraph; list items (``- `` / ``1. ``) each reflowed with a hanging indent."""
+    items: list[list[str]] = []
+    for line in block.split("\n"):
+        if re.match(r"^\s*(?:[-*]|\d+\.) ", line) or not items:
+            items.append([line.strip()])
+        else:
+            items[-1].append(line.strip())
+    lines: list[str] = []
+    for item in items:
+        text = " ".join(item)
+        marker = re.match(r"^((?:[-*]|\d+\.) )", text)
+        indent = " " * len(marker.group(1)) if marker else ""
+        lines += textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    return lines
 
 
 @click.command()
 @click.argument("recording", type=click.Path(exists=True, dir_okay=False))
+@click.option("--verbose", "-v", is_flag=True, help="List the skipped checks with their reasons in the report.")
 @replay_gate_options
 @export_options
 @common_output_options
 def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, select: tuple[str, ...],
-           ignore: tuple[str, ...], fail_on: str, slos: tuple[str, ...], compare_file: str | None,
-           **export_values: Any) -> None:
+           ignore: tuple[str, ...], fail_on: str, no_color: bool, verbose: bool, slos: tuple[str, ...],
+           compare_file: str | None, **export_values: Any) -> None:
     """Re-run the checks offline on measurements saved with --save-measurements.
 
     With --slo / --compare, judge the recorded measurements by these objectives or this baseline.
@@ -70,11 +128,12 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
         target, options, measurements = load_recording(recording)
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
-    require_format(fmt or "text")
+    fmt = output_format(fmt, as_json, output)
+    require_format(fmt)
     require_known_ids(select, ignore)
     export = export_settings(export_values)
     if slos or compare_file:
         options = apply_gate(options, slos, compare_file or options.gate.compare_file)
         measurements = inject_reference(measurements, compare_file)
-    run_and_exit(target, options, fmt or ("json" if as_json else "text"), output, None, select, ignore, fail_on,
-                 recorded=measurements, export=export)
+    run_and_exit(target, options, fmt, output, None, select, ignore, fail_on,
+                 recorded=measurements, export=export, presentation=Presentation(verbose=verbose, no_color=no_color))

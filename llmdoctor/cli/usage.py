@@ -102,11 +102,9 @@ def validate_inputs(options: Options) -> None:
 
 
 def require_format(fmt: str) -> None:
-    """Fail fast (exit 3) when the format's optional library is missing."""
-    if fmt == "html":
-        from llmdoctor.render.html import HtmlUnavailable, require_plotly
+    """Fail fast (exit 3) when a format cannot be produced here (every built-in one can: the HTML
+    report draws its charts as inline SVG and needs no optional library)."""
+    from llmdoctor.render import RENDERERS
 
-        try:
-            require_plotly()
-        except HtmlUnavailable as exc:
-            raise UsageProblem(str(exc)) from None
+    if fmt not in RENDERERS:
+        raise UsageProblem(f"unknown format {fmt!r}; one of {', '.join(RENDERERS)}")

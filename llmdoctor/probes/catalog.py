@@ -203,103 +203,157 @@ def _dns_server_given(o: Options) -> bool:
 # -- the probes -----------------------------------------------------------------------------------
 DISCOVERY: Probe[EndpointInfo] = Probe(
     "discovery", "llmdoctor.probes.discovery:discover", "llmdoctor.probes.discovery:EndpointInfo",
-    "GET /v1/models: is the endpoint reachable, which models it serves", plan=_discovery_plan)
+    "GET /v1/models: is the endpoint reachable, which models it serves", plan=_discovery_plan,
+    title="the models the endpoint serves (GET /v1/models)",
+)
 FIRST_REQUEST: Probe[RequestTiming] = Probe(
     "first_request", "llmdoctor.probes.baseline:first_request", "llmdoctor.probes.timing:RequestTiming",
-    'the very first generation request ("Say ok.", streamed)', needs=(DISCOVERY,), plan=_first_request_plan)
+    'the very first generation request ("Say ok.", streamed)', needs=(DISCOVERY,), plan=_first_request_plan,
+    title="the first request",
+)
 BASELINE: Probe[BaselineResult] = Probe(
     "baseline", "llmdoctor.probes.baseline:baseline", "llmdoctor.probes.baseline:BaselineResult",
-    'warm-up, then repeated minimal "Say ok." requests', needs=(FIRST_REQUEST, DISCOVERY), plan=_baseline_plan)
+    'warm-up, then repeated minimal "Say ok." requests', needs=(FIRST_REQUEST, DISCOVERY), plan=_baseline_plan,
+    title='the warm "Say ok." requests (the floor every request pays)',
+)
 SWEEP: Probe[SweepResult] = Probe(
     "sweep", "llmdoctor.probes.baseline:sweep", "llmdoctor.probes.baseline:SweepResult",
-    "requests of growing max_tokens for the flat-latency fit", needs=(BASELINE,), plan=_sweep_plan)
+    "requests of growing max_tokens for the flat-latency fit", needs=(BASELINE,), plan=_sweep_plan,
+    title="the output-length sweep (requests with max_tokens 1, 16 and 64)",
+)
 DNS: Probe[DnsResult] = Probe(
     "dns", "llmdoctor.probes.dns:resolve", "llmdoctor.probes.dns:DnsResult",
-    "name resolution time of the endpoint host")
+    "name resolution time of the endpoint host",
+    title="how long the endpoint's name takes to resolve (DNS)",
+)
 SERVER_METRICS: Probe[ServerMetricsResult] = Probe(
     "server_metrics", "llmdoctor.probes.metrics:server_metrics", "llmdoctor.probes.metrics:ServerMetricsResult",
     "backend metrics (/metrics, Ollama /api/ps, llama.cpp /slots) before and after the baseline",
-    optional=(DISCOVERY, BASELINE), plan=_server_metrics_plan)
+    optional=(DISCOVERY, BASELINE), plan=_server_metrics_plan,
+    title="the server's own metrics (/metrics, Ollama /api/ps, llama.cpp /slots)",
+)
 GPU_METRICS: Probe[GpuSnapshot] = Probe(
     "gpu_metrics", "llmdoctor.probes.gpu:gpu_metrics", "llmdoctor.probes.gpu:GpuSnapshot",
     "GPU state from the serving host's DCGM exporter (--gpu-metrics-url)",
-    plan=_gpu_metrics_plan, off=_no_gpu_metrics_url)
+    plan=_gpu_metrics_plan, off=_no_gpu_metrics_url,
+    title="the serving host's GPUs (DCGM exporter, --gpu-metrics-url)",
+)
 GPU: Probe[GpuSnapshot] = Probe(
     "gpu", "llmdoctor.probes.gpu:gpu", "llmdoctor.probes.gpu:GpuSnapshot",
-    "GPU utilisation, memory, throttling of this machine via NVML", local=True)
+    "GPU utilisation, memory, throttling of this machine via NVML", local=True,
+    title="this machine's GPUs (NVML)",
+)
 HOST: Probe[HostResult] = Probe(
     "host", "llmdoctor.probes.host:host", "llmdoctor.probes.host:HostResult",
-    "CPU, RAM, swap of this machine and the inference-server process", local=True)
+    "CPU, RAM, swap of this machine and the inference-server process", local=True,
+    title="this machine's CPU, memory and the server process",
+)
 REQUESTS: Probe[RequestSet] = Probe(
     "requests", "llmdoctor.probes.requests:read_requests", "llmdoctor.probes.requests:RequestSet",
-    "the application's request bodies from --request files", local=True, off=_no_requests)
+    "the application's request bodies from --request files", local=True, off=_no_requests,
+    title="your request files (--request)",
+)
 SERVER_TOKENS: Probe[ServerTokens] = Probe(
     "server_tokens", "llmdoctor.probes.tokens:server_tokens", "llmdoctor.probes.tokens:ServerTokens",
     "prompt tokens of a few of the requests from the server's own /tokenize",
-    needs=(REQUESTS,), optional=(DISCOVERY,), plan=_server_tokens_plan)
+    needs=(REQUESTS,), optional=(DISCOVERY,), plan=_server_tokens_plan,
+    title="your prompts' tokens, counted by the server's tokenizer",
+)
 CONTEXT_WINDOW: Probe[ContextWindow] = Probe(
     "context_window", "llmdoctor.probes.tokens:context_window", "llmdoctor.probes.tokens:ContextWindow",
     "the model's context window (/v1/models max_model_len, llama.cpp /props n_ctx)",
-    optional=(DISCOVERY,), plan=_context_window_plan, off=_context_window_given)
+    optional=(DISCOVERY,), plan=_context_window_plan, off=_context_window_given,
+    title="the model's context window",
+)
 PROMPT_TOKENS: Probe[PromptTokens] = Probe(
     "prompt_tokens", "llmdoctor.probes.tokens:prompt_tokens", "llmdoctor.probes.tokens:PromptTokens",
     "prompt tokens of every request (server tokenizer, local tokenizer or estimate)",
-    needs=(REQUESTS,), optional=(SERVER_TOKENS, CONTEXT_WINDOW), local=True)
+    needs=(REQUESTS,), optional=(SERVER_TOKENS, CONTEXT_WINDOW), local=True,
+    title="the prompt tokens of your requests",
+)
 PROMPT_SIZE: Probe[PromptSize] = Probe(
     "prompt_size", "llmdoctor.probes.prompt_size:prompt_size", "llmdoctor.probes.prompt_size:PromptSize",
     "the server's tokens per filler word, so long probe prompts fit a small context window",
-    optional=(DISCOVERY,), plan=_prompt_size_plan)
+    optional=(DISCOVERY,), plan=_prompt_size_plan,
+    title="the server's tokens per word (long probe prompts sized to the window)",
+)
 PREFILL: Probe[PrefillResult] = Probe(
     "prefill", "llmdoctor.probes.prefill:prefill", "llmdoctor.probes.prefill:PrefillResult",
     "a short and a long prompt: prefill cost per prompt token",
-    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_prefill_plan)
+    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_prefill_plan,
+    title="a short and a long prompt (the cost of prompt processing)",
+)
 TRANSPORT: Probe[TransportResult] = Probe(
     "transport", "llmdoctor.probes.transport:probe", "llmdoctor.probes.transport:TransportResult",
     "TCP round trip (handshakes), each resolved address in Happy-Eyeballs order, TLS handshake, keep-alive, "
-    "HTTP/2 and proxies towards the endpoint", optional=(BASELINE,), optional_if=((DNS, _dns_server_given),))
+    "HTTP/2 and proxies towards the endpoint", optional=(BASELINE,), optional_if=((DNS, _dns_server_given),),
+    title="the network path (round trip, TLS, keep-alive, proxies)",
+)
 CLIENT_LIMITS: Probe[ClientLimits] = Probe(
     "client_limits", "llmdoctor.probes.client_limits:client_limits", "llmdoctor.probes.client_limits:ClientLimits",
-    "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True)
+    "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True,
+    title="this machine's client limits (open files, ephemeral ports)",
+)
 CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "concurrency", "llmdoctor.probes.client_limits:concurrency", "llmdoctor.probes.client_limits:ConcurrencyResult",
     "latency at 1 vs N parallel requests, interleaved (opt-in: --concurrency N)",
-    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_concurrency_plan, off=_no_concurrency)
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_concurrency_plan, off=_no_concurrency,
+    title="latency with requests in parallel (--concurrency)",
+)
 IDLE: Probe[IdleResult] = Probe(
     "idle", "llmdoctor.probes.idle:idle_test", "llmdoctor.probes.idle:IdleResult",
     "one request after an idle wait, against the warm median (opt-in: --idle-test SECONDS)",
-    needs=(BASELINE,), plan=_idle_plan, off=_no_idle_test)
+    needs=(BASELINE,), plan=_idle_plan, off=_no_idle_test,
+    title="a request after an idle wait (--idle-test)",
+)
 LOGS: Probe[LogScan] = Probe(
     "logs", "llmdoctor.probes.logs:scan_logs", "llmdoctor.logscan:LogScan",
     "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
-    local=True, off=_no_logs)
+    local=True, off=_no_logs,
+    title="the server's logs (--log, --journal)",
+)
 REFERENCE: Probe[Reference] = Probe(
     "reference", "llmdoctor.probes.reference:reference", "llmdoctor.probes.reference:Reference",
-    "the baseline file to compare with (--compare FILE, saved by --save-baseline)", local=True, off=_no_reference)
+    "the baseline file to compare with (--compare FILE, saved by --save-baseline)", local=True, off=_no_reference,
+    title="the baseline to compare with (--compare)",
+)
 FOLLOWUP_CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "followup_concurrency", "llmdoctor.probes.followup:followup_concurrency",
     "llmdoctor.probes.client_limits:ConcurrencyResult",
     "follow-up: 2 requests at once against the same alone, interleaved (ordered by the diagnosis)",
-    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_followup_concurrency_plan)
+    optional=(BASELINE, DISCOVERY, SERVER_METRICS), plan=_followup_concurrency_plan,
+    title="a follow-up test: requests alone and 2 at once, interleaved",
+)
 FOLLOWUP_IDLE: Probe[IdleResult] = Probe(
     "followup_idle", "llmdoctor.probes.followup:followup_idle", "llmdoctor.probes.idle:IdleResult",
     "follow-up: one request after a short idle wait (ordered by the diagnosis)",
-    needs=(BASELINE,), plan=_followup_idle_plan)
+    needs=(BASELINE,), plan=_followup_idle_plan,
+    title="a follow-up test: one request after a short idle wait",
+)
 LONE_REQUEST: Probe[LoneRequestResult] = Probe(
     "lone_request", "llmdoctor.probes.followup:lone_request", "llmdoctor.probes.followup:LoneRequestResult",
     "follow-up: backend metrics scraped around one lone request (ordered by the diagnosis)",
-    needs=(SERVER_METRICS, BASELINE), plan=_lone_request_plan)
+    needs=(SERVER_METRICS, BASELINE), plan=_lone_request_plan,
+    title="a follow-up test: the server's metrics around one lone request",
+)
 REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
     "repeat_prompt", "llmdoctor.probes.followup:repeat_prompt", "llmdoctor.probes.followup:RepeatPromptResult",
     "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
-    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_repeat_prompt_plan)
+    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_repeat_prompt_plan,
+    title="a follow-up test: the same long prompt twice (prefix cache)",
+)
 NATIVE_TIMINGS: Probe[NativeTimings] = Probe(
     "native_timings", "llmdoctor.probes.native_clocks:native_timings", "llmdoctor.probes.native_clocks:NativeTimings",
     "Ollama: one request through its native /api/chat, for the server's own durations",
-    needs=(BASELINE,), optional=(SERVER_METRICS,), plan=_native_timings_plan)
+    needs=(BASELINE,), optional=(SERVER_METRICS,), plan=_native_timings_plan,
+    title="Ollama's own durations (one request to its native /api/chat)",
+)
 ATTRIBUTION: Probe[AttributionResult] = Probe(
     "attribution", "llmdoctor.probes.attribution:attribution", "llmdoctor.probes.attribution:AttributionResult",
     "the baseline's requests joined with the server's own clocks; every stream's delivery against its token clock",
-    needs=(BASELINE,), optional=(SERVER_METRICS, SWEEP, NATIVE_TIMINGS), derived=True)
+    needs=(BASELINE,), optional=(SERVER_METRICS, SWEEP, NATIVE_TIMINGS), derived=True,
+    title="where the time goes, by the server's own clocks",
+)
 DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
@@ -307,15 +361,18 @@ DIAGNOSIS: Probe[Diagnosis] = Probe(
     needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST, PROMPT_SIZE),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
-    plan=_diagnosis_plan, off=_no_followup, derived=True)
+    plan=_diagnosis_plan, off=_no_followup, derived=True,
+    title="the differential diagnosis (follow-up tests within --budget)",
+)
 
 OUTCOMES: Probe[RequestLedger] = Probe(
     "request_outcomes", "llmdoctor.probes.outcomes:request_outcomes", "llmdoctor.probes.outcomes:RequestLedger",
     "every request's outcome (status, error, retry, empty or cut answer, refusal headers), by probe",
-    closing=True)
+    closing=True, title="how every request ended")
 CLIENT_HOST: Probe[ClientHostResult] = Probe(
     "client_host", "llmdoctor.probes.outcomes:client_host", "llmdoctor.probes.lag:ClientHostResult",
-    "llmdoctor's own scheduling lag while it probed, and this host's CPU pressure", closing=True)
+    "llmdoctor's own scheduling lag while it probed, and this host's CPU pressure", closing=True,
+    title="llmdoctor's own lag and this machine's load")
 
 #: The canonical measuring order (see the module docstring).
 ORDER: tuple[AnyProbe, ...] = (

@@ -112,6 +112,14 @@ class Probe(Generic[T_co]):
     #: A summary of the run itself (every request's outcome, the client host's load), measured after
     #: every other probe, derived ones included, in every run that sends requests; replay reads it.
     closing: bool = False
+    #: What it measures in the user's words, to follow "Measuring …" (progress) and "Measures:"
+    #: (``llmdoctor explain``): ``the first request``, ``the output-length sweep (…)``.
+    title: str = ""
+
+    @property
+    def label(self) -> str:
+        """Its `title`, or for a probe declared without one (a plugin's) its description."""
+        return self.title or self.description
 
     def __repr__(self) -> str:
         return f"Probe({self.name!r})"

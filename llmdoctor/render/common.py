@@ -2,18 +2,59 @@
 
 from __future__ import annotations
 
+import re
+
 from llmdoctor.findings import Finding
+from llmdoctor.render.json import MASK
 from llmdoctor.report import Breakdown, Report
 
-__all__ = [
-    "accounting_line", "client_host_line", "run_lines", "format_ms", "fit_summary", "format_evidence", "phase_clock",
-    "requests_line", "names_line", "split_summary", "supporting_line",
-]
+__all__ = ["MASK", "accounting_line", "client_host_line", "cost_amount", "cost_phrase", "fix_short", "format_ms",
+           "fit_summary", "format_evidence", "lower_first", "names_line", "phase_clock", "plural", "requests_line",
+           "run_lines", "split_summary", "supporting_line"]
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``1 request``, ``12 requests`` (``many`` for an irregular plural)."""
+    return f"{n:,} {noun if n == 1 else many or noun + 's'}"
 
 
 def requests_line(sent: int, budget: int) -> str:
     """``1 request sent (budget 30)`` / ``15 requests sent (budget 30)``."""
-    return f"{sent} request{'' if sent == 1 else 's'} sent (budget {budget})"
+    return f"{plural(sent, 'request')} sent (budget {budget})"
+
+
+def cost_phrase(f: Finding, *, said: str | None = None) -> str:
+    """What a finding costs and how often: ``~353 ms on every request``, ``once per cold start``.
+
+    The number is left out when `said` (default: the finding's title) already says it: each number
+    shown once. ``cost not estimated`` when the check could not put a number on it.
+    """
+    amount = cost_amount(f, said=said)
+    if f.impact_ms is None:
+        return "cost not estimated"
+    return f"{amount} {f.paid.label}" if amount else f.paid.label
+
+
+def cost_amount(f: Finding, *, said: str | None = None) -> str:
+    """``~353 ms``, or ``""`` when there is no estimate or `said` (default: the title) already gives it."""
+    if f.impact_ms is None:
+        return ""
+    number = f"{f.impact_ms:,.0f}" if abs(f.impact_ms) >= 10 else f"{f.impact_ms:,.1f}"
+    if re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d)", f.title if said is None else said):
+        return ""
+    return f"~{format_ms(f.impact_ms)}"
+
+
+def lower_first(text: str) -> str:
+    """``Keep the instance warm`` → ``keep the instance warm``; an acronym (``GPU saturated``) stays."""
+    if len(text) > 1 and text[0].isupper() and not text[1].isupper():
+        return text[0].lower() + text[1:]
+    return text
+
+
+def fix_short(summary: str) -> str:
+    """The fix in a few words, to follow ``fix:``: ``keep the instance warm``."""
+    return lower_first(summary.strip().rstrip("."))
 
 
 def format_ms(value: float | None) -> str:
@@ -33,6 +74,8 @@ def format_evidence(label: str, value: object, unit: str) -> str:
         shown = "yes" if value else "no"
     elif unit in ("ms", "ms/token") and isinstance(value, int | float):
         shown = f"{value:,.1f}"
+    elif isinstance(value, float):
+        shown = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     else:
         shown = str(value)
     return f"{label} {shown}{(' ' + unit) if unit and value is not None else ''}"
@@ -43,7 +86,7 @@ def _interval(interval: tuple[float, float] | None, unit: str = " ms") -> str:
 
 
 def fit_summary(b: Breakdown) -> str | None:
-    """One line on the flat-latency fit, or None without one.
+    """One line on the flat-latency fit (``Fixed 353 ms + 4.99 ms/token: …``), or None without one.
 
     Each coefficient comes with its interval (Theil–Sen fits); one the fit does not determine (its
     interval wider than itself, or not positive) is said to be "not determined", never shown as a
@@ -67,7 +110,7 @@ def fit_summary(b: Breakdown) -> str | None:
     fixed = max(0.0, b.fixed_ms)
     predicted = fixed + b.per_token_ms * n
     share = fixed / predicted if predicted > 0 else 0.0
-    return (f"Flat-latency fit: {fixed_text} + {token_text} → a {n}-token answer ≈ {format_ms(predicted)} "
+    return (f"Flat-latency fit: {fixed_text} + {token_text}: a {n}-token answer takes ≈ {format_ms(predicted)} "
             f"({share:.0%} fixed)")
 
 

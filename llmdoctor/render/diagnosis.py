@@ -1,8 +1,7 @@
-"""The differential diagnosis for the renderers: the JSON object and plain text lines.
+"""The differential diagnosis as JSON: the ``diagnosis`` object of the report (schema 1.2).
 
-`diagnosis_to_dict` is part of the JSON contract (``diagnosis`` in schema 1.2), spelled out
-field by field like the rest of `render.json`; `diagnosis_lines` gives the text, Markdown
-and HTML renderers the same content: each confirmed cause's chain, then what was ruled out.
+Spelled out field by field like the rest of `render.json`, probabilities and likelihood ratios
+included; the reports people read word it in `llmdoctor.render.view`, without them.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Any
 
 from llmdoctor.diagnosis.model import Diagnosis, HypothesisState
 
-__all__ = ["diagnosis_to_dict", "diagnosis_lines"]
+__all__ = ["diagnosis_to_dict"]
 
 
 def _hypothesis(h: HypothesisState) -> dict[str, Any]:
@@ -54,20 +53,3 @@ def diagnosis_to_dict(d: Diagnosis | None) -> dict[str, Any] | None:
         ],
         "hypotheses": [_hypothesis(h) for h in d.hypotheses],
     }
-
-
-def diagnosis_lines(d: Diagnosis) -> list[tuple[str, str]]:
-    """``(kind, text)`` lines: ``cause`` headings, ``link`` chain lines, ``note`` lines."""
-    out: list[tuple[str, str]] = []
-    tests = sum(1 for s in d.steps if s.ran)
-    out.append(("note", f"{tests} follow-up test(s), {d.spent_requests} requests of {d.budget_requests}; "
-                        f"stopped: {d.stop_reason}"))
-    for h in d.confirmed:
-        out.append(("cause", f"Confirmed: {h.title} (p = {h.probability:.2f})"))
-        out.extend(("link", f"{link.stage}: {link.text}") for link in d.chain(h.id))
-    if not d.confirmed:
-        leading = ", ".join(f"{h.title} {h.probability:.0%}" for h in d.open[:3]) or "none"
-        out.append(("cause", f"No cause confirmed; still open: {leading}"))
-    refuted = ", ".join(f"{h.title} ({h.probability:.0%})" for h in d.refuted)
-    out.append(("note", f"Ruled out: {refuted or 'nothing'}"))
-    return out

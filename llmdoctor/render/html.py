@@ -1,218 +1,209 @@
-"""HTML rendering: one self-contained file with the two charts an incident needs.
+"""HTML rendering: one small, self-contained page to attach to a ticket.
 
-The latency waterfall of a typical request and the flat-latency curve
-(latency vs output tokens, the sweep's points and the fitted line) are drawn
-by Plotly; its JavaScript is inlined, so the file opens offline and can be
-attached to a ticket. Plotly is an optional extra: ``pip install 'llm-latency-doctor[html]'``.
+The same sections as the Markdown report (`llmdoctor.render.view`): the verdict, the findings table
+with coloured severity, where the time goes (a waterfall drawn as inline SVG, and the phases with
+their shares as a table), p50/p90 and the new-connection cost, the flat-latency curve (SVG), each
+finding's details with the symptoms its cause explains, the differential diagnosis, the checks' tally
+and the skipped checks grouped by reason. No script and no external resource: the page opens
+offline, prints, and stays a few tens of kB.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from llmdoctor import __version__
-from llmdoctor.diagnosis.model import Diagnosis
-from llmdoctor.findings import Finding
-from llmdoctor.render.common import (
-    format_evidence,
-    names_line,
-    phase_clock,
-    requests_line,
-    run_lines,
-    split_summary,
-    supporting_line,
-)
-from llmdoctor.render.json import MASK
-from llmdoctor.report import Breakdown, Report
-from llmdoctor.runner import Status
+from llmdoctor.render import view
+from llmdoctor.render.common import format_ms
+from llmdoctor.report import Report
 
-__all__ = ["render_html", "HtmlUnavailable", "require_plotly"]
+__all__ = ["render_html"]
 
-INSTALL_HINT = "the html format needs Plotly: pip install 'llm-latency-doctor[html]'"
 _SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#b7791f", "info": "#2b6cb0"}
 _STATUS_COLOR = {"ok": "#2f855a", "warning": "#b7791f", "critical": "#c0392b", "unknown": "#805ad5"}
-_PHASE_COLORS = ["#4c78a8", "#72b7b2", "#f58518", "#e45756", "#54a24b", "#b279a2"]
-
-
-class HtmlUnavailable(RuntimeError):
-    """Plotly is not installed (one-line message telling how to install it)."""
-
-
-def require_plotly() -> Any:
-    """Import Plotly's graph objects, or raise `HtmlUnavailable` with the install command."""
-    try:
-        import plotly.graph_objects as go
-    except ImportError:
-        raise HtmlUnavailable(INSTALL_HINT) from None
-    return go
-
-
-def _waterfall(go: Any, b: Breakdown) -> Any:
-    names = [p.name for p in b.phases]
-    starts, t = [], 0.0
-    for p in b.phases:
-        starts.append(t)
-        t += p.ms
-    fig = go.Figure(
-        go.Bar(
-            y=names, x=[p.ms for p in b.phases], base=starts, orientation="h",
-            marker_color=[_PHASE_COLORS[i % len(_PHASE_COLORS)] for i in range(len(names))],
-            text=[f"{p.ms:,.1f} ms" for p in b.phases], textposition="auto",
-            hovertext=[" · ".join(x for x in (p.note, phase_clock(p.clock, p.source)) if x) for p in b.phases],
-            hovertemplate="%{y}: %{x:.1f} ms<br>%{hovertext}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title=f"Where the time of a request goes — {b.label}: {b.total_ms:,.0f} ms",
-        xaxis_title="milliseconds since the request started", yaxis={"autorange": "reversed"},
-        height=360, margin={"l": 170, "r": 30, "t": 60, "b": 50}, template="plotly_white",
-    )
-    return fig
-
-
-def _flat_latency(go: Any, b: Breakdown) -> Any | None:
-    points = list(getattr(b, "sweep_points", None) or [])
-    if not points:
-        return None
-    xs = [float(p[0]) for p in points]
-    ys = [float(p[1]) for p in points]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", name="sweep requests", marker={"size": 9}))
-    if b.fixed_ms is not None and b.per_token_ms is not None:
-        top = max([*xs, float(b.typical_output_tokens or 0)])
-        fig.add_trace(go.Scatter(
-            x=[0.0, top], y=[b.fixed_ms, b.fixed_ms + b.per_token_ms * top], mode="lines",
-            name=f"fit: {b.fixed_ms:,.0f} ms + {b.per_token_ms:.2f} ms/token",
-        ))
-    fig.update_layout(
-        title="Flat latency: total latency vs output tokens", xaxis_title="output tokens",
-        yaxis_title="total latency (ms)", yaxis_rangemode="tozero", xaxis_rangemode="tozero",
-        height=400, margin={"l": 70, "r": 30, "t": 60, "b": 50}, template="plotly_white",
-        legend={"orientation": "h", "y": -0.2},
-    )
-    return fig
+_PHASE_COLORS = ("#4c78a8", "#72b7b2", "#f58518", "#e45756", "#54a24b", "#b279a2", "#9d755d", "#bab0ac")
+_SPAN_TAG = {"bold": "b", "code": "code", "ok": "b", "critical": "b", "warning": "b"}
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _finding(rank: int, f: Finding) -> str:
-    impact = f"~{f.impact_ms:,.0f} ms ({_e(f.impact_basis)})" if f.impact_ms is not None else "not estimated"
-    evidence = "; ".join(
-        _e(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
-        for e in f.evidence
-    )
-    steps = "".join(f"<li>{_e(s)}</li>" for s in f.fix.steps)
-    color = _SEVERITY_COLOR[f.severity.value]
-    named = names_line(f)
-    supporting = "".join(f"<li>{_e(supporting_line(s))}</li>" for s in f.supporting)
-    return (
-        f'<section class="finding"><h3><span class="sev" style="background:{color}">'
-        f"{_e(f.severity.value.upper())}</span> {rank}. {_e(f.check_id)} — {_e(f.title)}</h3>"
-        + (f'<p class="{"cause" if f.cause else "symptom"}">{_e(named)}</p>' if named else "")
-        + f"<p>{_e(f.message)}</p><p class=dim>Impact {impact} · confidence {_e(f.confidence.value)}</p>"
-        + (f"<p class=dim>Evidence: {evidence}</p>" if evidence else "")
-        + (f"<p>Supporting findings, folded under this one:</p><ul class=supporting>{supporting}</ul>"
-           if supporting else "")
-        + f"<p><b>Fix:</b> {_e(f.fix.summary)}</p>"
-        + (f"<ul>{steps}</ul>" if steps else "")
-        + f"<p class=dim>Docs: <code>{_e(f.docs)}</code></p></section>"
-    )
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#1a202c}
-h1{font-size:1.5em} .status{color:#fff;padding:2px 10px;border-radius:4px}
-.dim{color:#4a5568;font-size:.92em} .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:.8em}
-table{border-collapse:collapse;width:100%} td,th{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left}
-.finding{border-left:3px solid #cbd5e0;padding-left:12px;margin:14px 0} .chart{margin:18px 0}
-.cause{font-weight:600} .supporting{color:#4a5568;font-size:.92em}
-"""
-
-
-def _diagnosis(d: Diagnosis) -> str:
-    from llmdoctor.render.diagnosis import diagnosis_lines
-
-    out = [f"<h2>Differential diagnosis</h2><p><b>Symptom:</b> {_e(d.symptom)}</p>"]
-    chain: list[str] = []
-    for kind, text in diagnosis_lines(d) + [("end", "")]:
-        if kind != "link" and chain:
-            out.append("<ol class=chain>" + "".join(chain) + "</ol>")
-            chain = []
-        if kind == "cause":
-            out.append(f"<h3>{_e(text)}</h3>")
-        elif kind == "link":
-            chain.append(f"<li>{_e(text)}</li>")
-        elif kind == "note":
-            out.append(f"<p class=dim>{_e(text)}</p>")
+def _inline(spans: view.Spans) -> str:
+    out = []
+    for span in spans:
+        tag = _SPAN_TAG.get(span.style)
+        out.append(f"<{tag}>{_e(span.text)}</{tag}>" if tag else _e(span.text))
     return "".join(out)
 
 
-def _run(report: Report) -> str:
-    """The run itself: the client host's load, how the requests ended."""
-    return "".join(f"<p><b>{_e(text)}</b></p>" if warn else f"<p class=dim>{_e(text)}</p>"
-                   for text, warn in run_lines(report))
+def _sev(severity: str) -> str:
+    return f'<span class=sev style="background:{_SEVERITY_COLOR[severity]}">{_e(severity.upper())}</span>'
+
+
+def _table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[int, ...] = (),
+           cls: str = "") -> str:
+    def cell(tag: str, i: int, value: str) -> str:
+        return f"<{tag} class=num>{value}</{tag}>" if i in right else f"<{tag}>{value}</{tag}>"
+
+    head = "".join(cell("th", i, _e(h)) for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>" for row in rows)
+    return f'<table{f" class={cls}" if cls else ""}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _summary(block: view.SummaryList) -> str:
+    rows = [(str(s.rank), _sev(s.severity), _e(s.title), _e(s.cost), _e(s.fix)) for s in block.items]
+    more = f"<p class=dim>… and {block.more} more in the details below.</p>" if block.more else ""
+    return _table(("#", "Severity", "Finding", "Cost", "Fix"), rows, right=(0,), cls="findings") + more
+
+
+def _waterfall_svg(block: view.Waterfall) -> str:
+    """The phases as a waterfall: each bar starts where the previous one ended."""
+    label_w, chart_w, row_h, top = 170, 520, 26, 8
+    total = block.total_ms if block.total_ms > 0 else 1.0
+    height = top + row_h * len(block.phases) + 24
+    parts = [f'<svg class=chart id=waterfall-chart role=img aria-label="waterfall of one request" '
+             f'viewBox="0 0 {label_w + chart_w + 90} {height}" width="100%">']
+    start = 0.0
+    for i, p in enumerate(block.phases):
+        y = top + i * row_h
+        x = label_w + start / total * chart_w
+        w = max(1.0, p.ms / total * chart_w)
+        parts.append(f'<text x="{label_w - 8}" y="{y + 17}" text-anchor="end">{_e(p.name)}</text>'
+                     f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" '
+                     f'fill="{_PHASE_COLORS[i % len(_PHASE_COLORS)]}"><title>{_e(p.note)}</title></rect>'
+                     f'<text x="{x + w + 6:.1f}" y="{y + 17}">{_e(format_ms(p.ms))}</text>')
+        start += p.ms
+    axis_y = top + row_h * len(block.phases) + 4
+    parts.append(f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + chart_w}" y2="{axis_y}" stroke="#a0aec0"/>'
+                 f'<text x="{label_w}" y="{axis_y + 16}">0</text>'
+                 f'<text x="{label_w + chart_w}" y="{axis_y + 16}" text-anchor="end">'
+                 f'{_e(format_ms(block.total_ms))}</text></svg>')
+    return "".join(parts)
+
+
+def _waterfall(block: view.Waterfall) -> str:
+    rows = [(_e(p.name), _e(format_ms(p.ms)), f"{p.share:.0%}", _e(p.note)) for p in block.phases]
+    rows.append(("<b>total</b>", f"<b>{_e(format_ms(block.total_ms))}</b>", "100%", ""))
+    return _waterfall_svg(block) + _table(("Phase", "Time", "Share", "Note"), rows, right=(1, 2), cls="phases")
+
+
+def _ticks(top: float) -> list[float]:
+    """About five round tick values from 0 to `top`."""
+    raw = top / 5 if top > 0 else 1.0
+    magnitude = 10 ** len(str(int(raw))) / 10
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    return [i * step for i in range(int(top / step) + 2)]
+
+
+def _curve(block: view.Curve) -> str:
+    """Total latency against output tokens: the sweep's requests and the fitted line."""
+    if not block.points:
+        return ""
+    w, h, left, bottom = 640, 300, 64, 40
+    xs = [float(n) for n, _ in block.points]
+    ys = [ms for _, ms in block.points]
+    x_top = max([*xs, float(block.typical_tokens or 0), 1.0])
+    y_top = max([*ys, 1.0]) * 1.1
+    x_ticks, y_ticks = _ticks(x_top), _ticks(y_top)
+    x_top, y_top = x_ticks[-1], y_ticks[-1]
+
+    def px(x: float) -> float:
+        return left + x / x_top * (w - left - 16)
+
+    def py(y: float) -> float:
+        return h - bottom - y / y_top * (h - bottom - 12)
+
+    parts = [f'<svg class=chart id=flat-latency-chart role=img aria-label="total latency against output tokens" '
+             f'viewBox="0 0 {w} {h}" width="100%">']
+    for t in y_ticks:
+        parts.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{w - 16}" y2="{py(t):.1f}" stroke="#edf2f7"/>'
+                     f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:,.0f}</text>')
+    for t in x_ticks:
+        parts.append(f'<text x="{px(t):.1f}" y="{h - bottom + 16}" text-anchor="middle">{t:,.0f}</text>')
+    parts.append(f'<line x1="{left}" y1="{h - bottom}" x2="{w - 16}" y2="{h - bottom}" stroke="#a0aec0"/>'
+                 f'<text x="{(left + w) / 2:.0f}" y="{h - 6}" text-anchor="middle">output tokens</text>'
+                 f'<text x="14" y="{(h - bottom) / 2:.0f}" transform="rotate(-90 14 {(h - bottom) / 2:.0f})" '
+                 f'text-anchor="middle">total latency (ms)</text>')
+    if block.fixed_ms is not None and block.per_token_ms is not None:
+        y0, y1 = block.fixed_ms, block.fixed_ms + block.per_token_ms * x_top
+        parts.append(f'<line class=fit x1="{px(0):.1f}" y1="{py(max(0.0, y0)):.1f}" x2="{px(x_top):.1f}" '
+                     f'y2="{py(max(0.0, y1)):.1f}" stroke="#e45756" stroke-width="2">'
+                     f'<title>fit: {block.fixed_ms:,.0f} ms + {block.per_token_ms:.2f} ms/token</title></line>')
+    for x, y in zip(xs, ys):
+        parts.append(f'<circle class=point cx="{px(x):.1f}" cy="{py(y):.1f}" r="5" fill="#4c78a8">'
+                     f'<title>{x:,.0f} tokens: {y:,.0f} ms</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bullets(block: view.Bullets) -> str:
+    items = "".join(f"<li>{_inline(item)}</li>" for item in block.items)
+    tag = "ol" if block.ordered else "ul"
+    cls = " class=chain" if block.ordered else " class=dim" if block.dim else ""
+    return f"<{tag}{cls}>{items}</{tag}>"
+
+
+def _detail(d: view.Detail) -> str:
+    rank = f"{d.rank}. " if d.rank is not None else ""
+    body = "".join(_bullets(b) if isinstance(b, view.Bullets) else _para(b) for b in d.blocks)
+    return (f'<article class=finding id="finding-{_e(d.check_id)}"><h3>{_sev(d.severity)} {rank}{_e(d.heading)} · '
+            f'{_e(d.check_id)} <span class=dim>· {_e(d.status)}</span></h3>{body}</article>')
+
+
+def _para(block: view.Para) -> str:
+    return f'<p{" class=dim" if block.dim else ""}>{_inline(block.spans)}</p>'
+
+
+def _plain_table(block: view.Table) -> str:
+    return _table(block.headers, [tuple(_e(c) for c in row) for row in block.rows], block.right)
+
+
+_BLOCKS: dict[type, Callable[[Any], str]] = {
+    view.Para: _para, view.Bullets: _bullets, view.SummaryList: _summary, view.Waterfall: _waterfall,
+    view.Curve: _curve, view.Detail: _detail, view.Table: _plain_table,
+}
+
+
+def _section(section: view.Section) -> str:
+    note = f"<p class=note>{_e(section.note)}</p>" if section.note else ""
+    body = "".join(_BLOCKS[type(b)](b) for b in section.blocks)
+    return f'<section id="{_e(section.id)}"><h2>{_e(section.title)}</h2>{note}{body}</section>'
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1000px;
+color:#1a202c;padding:0 16px;line-height:1.45}
+h1{font-size:1.45em} h2{font-size:1.2em;border-bottom:1px solid #e2e8f0;padding-bottom:4px;margin-top:28px}
+h3{font-size:1.02em} .status{color:#fff;padding:2px 10px;border-radius:4px}
+.dim,.note{color:#4a5568;font-size:.92em} .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:.78em}
+table{border-collapse:collapse;width:100%;margin:8px 0} td,th{border-bottom:1px solid #e2e8f0;padding:4px 8px;
+text-align:left;vertical-align:top} .num{text-align:right;white-space:nowrap}
+.finding{border-left:3px solid #cbd5e0;padding-left:12px;margin:14px 0}
+svg.chart{max-width:760px;display:block;margin:10px 0;font-size:12px;fill:#2d3748}
+code{background:#edf2f7;padding:0 4px;border-radius:3px}
+"""
+
+
+def html_of(doc: view.View) -> str:
+    """A built `View` as a self-contained HTML page."""
+    product, _, where = doc.heading.partition(" — ")
+    color = _STATUS_COLOR.get(doc.status, "#4a5568")
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        f"<title>llmdoctor — {_e(doc.status.upper())} — {_e(where)}</title><style>{_CSS}</style></head>"
+        f'<body><header id=verdict><h1>llmdoctor <span class=status style="background:{color}">'
+        f"{_e(doc.status.upper())}</span> {_e(where)}</h1>"
+        f"<p><b>{_e(doc.verdict)}</b> · {_e(product)} · {_e(doc.started_at)} · fail on {_e(doc.fail_on)}</p>"
+        + ("<p><b>Interrupted:</b> partial report of what was measured so far.</p>" if doc.interrupted else "")
+        + "</header>"
+        + "".join(_section(s) for s in doc.sections)
+        + f"<footer><p class=dim>{_e(doc.run_line)}</p></footer></body></html>\n"
+    )
 
 
 def render_html(report: Report) -> str:
-    """The report as a self-contained HTML page (Plotly inlined)."""
-    go = require_plotly()
-    from plotly.offline import get_plotlyjs
-
-    status = report.status
-    parts: list[str] = []
-    charts = 0
-    b = report.breakdown
-    if b is not None:
-        for fig, div_id in ((_waterfall(go, b), "waterfall"), (_flat_latency(go, b), "flat-latency")):
-            if fig is None:
-                continue
-            parts.append(f'<div class="chart" id="chart-{div_id}">'
-                         + fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                                       config={"displaylogo": False, "responsive": True})
-                         + "</div>")
-            charts += 1
-        split = split_summary(b)
-        if split is not None:
-            parts.append(f'<p class="split"><b>{_e(split)}</b></p>')
-        if not getattr(b, "sweep_points", None):
-            parts.append("<p class=dim>No flat-latency curve: the output-length sweep did not run "
-                         "(LD702 not selected, or it could not fit).</p>")
-    else:
-        parts.append("<p class=dim>No latency breakdown: the baseline probe did not run or failed.</p>")
-    rows = "".join(
-        f"<tr><td>{i}</td><td>{_e(f.severity.value)}</td><td>{_e(f.check_id)}</td><td>{_e(f.title)}</td>"
-        f"<td>{'' if f.impact_ms is None else f'{f.impact_ms:,.0f} ms'}</td><td>{_e(f.confidence.value)}</td>"
-        f"<td>{_e(f.cause.value if f.cause else '')}</td></tr>"
-        for i, f in enumerate(report.findings, 1)
-    )
-    findings = (
-        f"<h2>Diagnosis — {len(report.findings)} finding(s), most costly first</h2>"
-        f"<table><tr><th>#</th><th>Severity</th><th>Check</th><th>Finding</th><th>Impact</th><th>Confidence</th><th>Cause</th></tr>"
-        f"{rows}</table>" + "".join(_finding(i, f) for i, f in enumerate(report.findings, 1))
-        if report.findings else "<h2>Diagnosis — no findings: nothing in the checklist fired.</h2>"
-    )
-    if report.diagnosis is not None:
-        findings = _diagnosis(report.diagnosis) + findings
-    skipped = "".join(
-        f"<li>{_e(o.check_id)} {_e(o.status)}: {_e(o.reason)}</li>"
-        for o in report.checks if o.status in (Status.SKIPPED, Status.CRASHED)
-    )
-    mode = ("replayed measurements" if report.replayed
-            else requests_line(report.requests_sent, report.request_budget))
-    where = _e(report.endpoint) + (f" (model {_e(report.model)})" if report.model else "")
-    return (
-        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-        f"<title>llmdoctor — {_e(status.upper())} — {_e(report.endpoint)}</title>"
-        f"<style>{_CSS}</style>"
-        f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
-        f'<body data-charts="{charts}"><h1>llmdoctor <span class=status style="background:'
-        f'{_STATUS_COLOR.get(status, "#4a5568")}">{_e(status.upper())}</span> {where}</h1>'
-        f"<p class=dim>llmdoctor {_e(__version__)} · {_e(report.started_at)} · {mode} · "
-        f"{report.duration_ms / 1000:.1f} s · exit {report.exit_code} (fail on {_e(report.fail_on)})</p>"
-        + ("<p><b>Interrupted:</b> partial report.</p>" if report.interrupted else "")
-        + _run(report) + "".join(parts) + findings
-        + (f"<h2>Skipped or crashed checks</h2><ul class=dim>{skipped}</ul>" if skipped else "")
-        + "</body></html>\n"
-    )
+    """The report as one self-contained HTML page (inline SVG charts, no script)."""
+    return html_of(view.build_view(report, view.ViewOptions(document=True)))

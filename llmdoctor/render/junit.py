@@ -38,7 +38,8 @@ def _describe(f: Finding) -> str:
         lines.append(named)
     lines.append(f.message)
     if f.impact_ms is not None:
-        lines.append(f"impact ~{f.impact_ms:,.0f} ms ({f.impact_basis}); confidence {f.confidence.value}")
+        lines.append(f"impact ~{f.impact_ms:,.0f} ms {f.paid.label} ({f.impact_basis}); "
+                     f"confidence {f.confidence.value}")
     if f.supporting:
         lines.append("Supporting findings, folded under this one:")
         lines += [f"  - {supporting_line(s)}" for s in f.supporting]

@@ -1,181 +1,200 @@
-"""Terminal rendering with rich: the waterfall first, then the ranked diagnosis."""
+"""Terminal rendering with rich: the answer first, coloured by severity on a terminal, wrapped to its width.
+
+The first screen is the verdict and the most costly findings, one line each (what, what it costs
+and how often, the fix in a few words), then where the time of a request goes; the details follow.
+Colour only on a terminal, and never with ``NO_COLOR`` set or ``--no-color`` (rich honours
+``NO_COLOR`` itself); lines wrap between words at the console's width (the terminal's, or
+``COLUMNS``); a pipe or a file gets plain text.
+"""
 
 from __future__ import annotations
 
 import io
-from collections import defaultdict
+import os
+import shutil
+from typing import IO
 
 from rich.console import Console
 from rich.padding import Padding
-from rich.table import Table
+from rich.table import Table as RichTable
 from rich.text import Text
 
-from llmdoctor import __version__
-from llmdoctor.diagnosis.model import Diagnosis
-from llmdoctor.findings import Finding, Severity
-from llmdoctor.render.common import (
-    fit_summary,
-    format_evidence,
-    format_ms,
-    names_line,
-    phase_clock,
-    requests_line,
-    run_lines,
-    split_summary,
-    supporting_line,
-)
-from llmdoctor.render.json import MASK
-from llmdoctor.report import Breakdown, Report
-from llmdoctor.runner import Status
+from llmdoctor.render import view
+from llmdoctor.render.common import format_ms
+from llmdoctor.report import Report
 
-__all__ = ["render_terminal", "print_terminal"]
+__all__ = ["render_terminal", "print_terminal", "make_console", "STYLES", "PIPE_WIDTH"]
 
-SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
-STATUS_STYLE = {"ok": "bold green", "warning": "bold yellow", "critical": "bold red", "unknown": "bold magenta"}
-BAR_WIDTH = 32
+STYLES = {
+    "critical": "bold red", "warning": "bold yellow", "info": "cyan", "ok": "bold green",
+    "unknown": "bold magenta", "bold": "bold", "dim": "dim", "code": "", "": "",
+}
+#: Width of a report written to a pipe or a file when ``COLUMNS`` does not say.
+PIPE_WIDTH = 100
+_INDENT = 4
 
 
-_ms = format_ms
+def make_console(file: IO[str] | None = None, *, color: bool | None = None, width: int | None = None,
+                 stderr: bool = False) -> Console:
+    """A console for the report: colour on a terminal unless `color` is False or ``NO_COLOR`` is set.
 
-
-def _breakdown(console: Console, b: Breakdown) -> None:
-    console.print(
-        Text.assemble(("Where the time of a request goes", "bold"), f" — {b.label}: ", (_ms(b.total_ms), "bold"))
-    )
-    table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
-    table.add_column(justify="left", min_width=22)
-    table.add_column(justify="right", min_width=10)
-    table.add_column(min_width=BAR_WIDTH)
-    table.add_column(style="dim")
-    longest = max((p.ms for p in b.phases), default=0.0) or 1.0
-    for phase in b.phases:
-        width = phase.ms / longest * BAR_WIDTH
-        bar = "█" * int(width) + ("▌" if width - int(width) >= 0.5 else "")
-        clock = phase_clock(phase.clock, phase.source)
-        note = f"{phase.note} [{clock}]" if clock and phase.note else phase.note or (f"[{clock}]" if clock else "")
-        table.add_row(phase.name, _ms(phase.ms), Text(bar or "▏", style="magenta"), note)
-    console.print(table)
-    split = split_summary(b)
-    if split is not None:
-        console.print(f"  {split}", style="bold")
-    line = (
-        f"  TTFT p50 {_ms(b.ttft_p50_ms)} / p90 {_ms(b.ttft_p90_ms)}"
-        f" · total p50 {_ms(b.total_p50_ms)} / p90 {_ms(b.total_p90_ms)}"
-    )
-    if b.new_connection_ms is not None:
-        line += f" · a new connection adds {_ms(b.new_connection_ms)}"
-    console.print(line, style="dim")
-    fit = fit_summary(b)
-    if fit is not None:
-        console.print(f"  {fit}", style="dim")
-
-
-def _indented(console: Console, text: str | Text, indent: int = 6, style: str = "") -> None:
-    body = text if isinstance(text, Text) else Text(text, style=style)
-    console.print(Padding(body, (0, 0, 0, indent)))
-
-
-def _finding(console: Console, rank: int, f: Finding) -> None:
-    head = Text.assemble(
-        f"{rank:>2}. ",
-        (f"{f.severity.value.upper():<9}", SEVERITY_STYLE[f.severity]),
-        (f" {f.check_id}  ", "bold"),
-        (f.title, "bold"),
-    )
-    console.print(head)
-    named = names_line(f)
-    if named:
-        _indented(console, Text(named, style="bold" if f.cause else ""))
-    impact = f"impact ~{_ms(f.impact_ms)} ({f.impact_basis})" if f.impact_ms is not None else "impact not estimated"
-    _indented(console, f"{impact} · confidence {f.confidence.value}", style="dim")
-    _indented(console, f.message)
-    if f.evidence:
-        parts = []
-        for e in f.evidence:
-            parts.append(format_evidence(e.label, MASK if e.sensitive else e.value, e.unit))
-        _indented(console, "Evidence: " + "; ".join(parts), style="dim")
-    if f.supporting:
-        _indented(console, "Supporting findings, folded under this one:")
-        for s in f.supporting:
-            _indented(console, f"- {supporting_line(s)}", indent=8)
-    _indented(console, Text.assemble(("Fix: ", "bold green"), f.fix.summary))
-    for step in f.fix.steps:
-        _indented(console, f"- {step}", indent=8)
-    _indented(console, f"Docs: {f.docs}", style="dim")
-
-
-def _diagnosis(console: Console, d: Diagnosis) -> None:
-    from llmdoctor.render.diagnosis import diagnosis_lines
-
-    console.print(Text("Differential diagnosis — " + d.symptom, style="bold"))
-    for kind, text in diagnosis_lines(d):
-        if kind == "link" and text.startswith("symptom:"):
-            continue  # the heading above already states the symptom
-        if kind == "cause":
-            _indented(console, Text(text, style="bold"), indent=2)
+    The width is `width`, else ``COLUMNS``, else the terminal's, else `PIPE_WIDTH` for a pipe or a file.
+    """
+    stream = file if file is not None else None
+    probe = Console(file=stream, stderr=stderr)
+    terminal = probe.is_terminal
+    if width is None:
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            width = int(columns)
+        elif terminal:
+            width = shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
         else:
-            _indented(console, text, indent=4 if kind == "link" else 2, style="" if kind == "link" else "dim")
+            width = PIPE_WIDTH
+    no_color = True if color is False else None  # None: rich reads NO_COLOR (any non-empty value)
+    return Console(file=stream, stderr=stderr, width=width, no_color=no_color, highlight=False,
+                   force_terminal=True if color else None, soft_wrap=False, emoji=False)
 
 
-def _run(console: Console, report: Report) -> None:
-    """The run itself: the client host's load, how the requests ended (one line each)."""
-    for line, warn in run_lines(report):
-        console.print(line, style="bold yellow" if warn else "dim")
+def _text(spans: view.Spans, dim: bool = False) -> Text:
+    text = Text(style="dim" if dim else "")
+    for span in spans:
+        text.append(span.text, style=STYLES.get(span.style, ""))
+    return text
 
 
-def print_terminal(report: Report, console: Console) -> None:
-    """Print the report on `console`."""
-    where = report.endpoint + (f" (model {report.model})" if report.model else "")
-    if report.replayed:
-        mode = "replayed measurements"
-    else:
-        mode = requests_line(report.requests_sent, report.request_budget)
-        if report.raw_connections:
-            plural = "" if report.raw_connections == 1 else "s"
-            mode += f" + {report.raw_connections} bare TCP connection{plural}"
-    elapsed = f" · {mode} · {report.duration_ms / 1000:.1f} s"
-    console.print(Text.assemble(("llmdoctor ", "bold"), __version__, " — ", (where, "bold"), elapsed))
-    if report.interrupted:
-        console.print("Interrupted: partial report of what was measured so far.", style="bold yellow")
-    _run(console, report)
-    console.print()
-    if report.breakdown is not None:
-        _breakdown(console, report.breakdown)
+def _indented(console: Console, renderable: Text | RichTable, indent: int = _INDENT) -> None:
+    console.print(Padding(renderable, (0, 0, 0, indent)))
+
+
+def _bullets(console: Console, block: view.Bullets, indent: int) -> None:
+    grid = RichTable.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for item in block.items:
+        grid.add_row(Text("-", style="dim" if block.dim else ""), _text(item, block.dim))
+    _indented(console, grid, indent)
+
+
+def _summary(console: Console, block: view.SummaryList) -> None:
+    grid = RichTable.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for s in block.items:
+        line = Text(s.title)
+        line.append(" — ")
+        line.append(s.cost, style="bold")
+        line.append(" · fix: ", style="dim")
+        line.append(s.fix)
+        grid.add_row(f"{s.rank}.", Text(s.severity.upper(), style=STYLES[s.severity]), line)
+    console.print(Padding(grid, (0, 0, 0, 1)))
+    if block.more:
+        _indented(console, Text(f"… and {block.more} more in the details below.", style="dim"))
+
+
+def _waterfall(console: Console, block: view.Waterfall) -> None:
+    # name, time and share take ~36 columns: the bar gets what the longest note leaves, 8 to 32 cells
+    longest_note = max((len(p.note) for p in block.phases), default=0)
+    bar_width = max(8, min(32, console.width - 39 - longest_note))
+    table = RichTable.grid(padding=(0, 1))
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True, width=bar_width)
+    table.add_column(style="dim")
+    longest = max((p.ms for p in block.phases), default=0.0) or 1.0
+    for p in block.phases:
+        cells = p.ms / longest * bar_width
+        bar = "█" * int(cells) + ("▌" if cells - int(cells) >= 0.5 else "")
+        table.add_row(p.name, format_ms(p.ms), f"{p.share:.0%}", Text(bar or "▏", style="magenta"), p.note)
+    console.print(Padding(table, (0, 0, 0, 2)))
+
+
+def _detail(console: Console, d: view.Detail) -> None:
+    head = Text()
+    head.append(d.heading, style="bold")
+    head.append(" · ")
+    head.append(d.check_id, style="bold")
+    head.append(" · ")
+    head.append(d.severity, style=STYLES[d.severity])
+    head.append(f" · {d.status}", style="dim")
+    grid = RichTable.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column()
+    grid.add_row(f"{d.rank}." if d.rank is not None else "-", head)
+    console.print(Padding(grid, (0, 0, 0, 1)))
+    for block in d.blocks:
+        if isinstance(block, view.Para):
+            _indented(console, _text(block.spans, block.dim))
+        else:
+            _bullets(console, block, _INDENT + 2)
+
+
+def _table(console: Console, block: view.Table) -> None:
+    table = RichTable(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    for i, header in enumerate(block.headers):
+        table.add_column(header, justify="right" if i in block.right else "left")
+    for row in block.rows:
+        table.add_row(*row)
+    console.print(Padding(table, (0, 0, 0, 2)))
+
+
+def _block(console: Console, block: view.Block) -> None:
+    if isinstance(block, view.Para):
+        _indented(console, _text(block.spans, block.dim), 2)
+    elif isinstance(block, view.Bullets):
+        _bullets(console, block, 2)
+    elif isinstance(block, view.SummaryList):
+        _summary(console, block)
+    elif isinstance(block, view.Waterfall):
+        _waterfall(console, block)
+    elif isinstance(block, view.Detail):
+        _detail(console, block)
+    elif isinstance(block, view.Table):
+        _table(console, block)
+    elif isinstance(block, view.Curve):
+        pass  # the fit line above says it in words; the HTML report draws the curve
+
+
+def _section(console: Console, section: view.Section) -> None:
+    title = Text(section.title, style="bold")
+    if section.note:
+        title.append(f" — {section.note}")
+    console.print(title)
+    for block in section.blocks:
+        _block(console, block)
+
+
+def print_view(doc: view.View, console: Console) -> None:
+    """Print a built `View` on `console`."""
+    console.print(Text(doc.heading, style="bold"))
+    console.print(_verdict(doc))
+    if doc.interrupted:
+        console.print(Text("Interrupted: partial report of what was measured so far.", style="bold yellow"))
+    for section in doc.sections:
         console.print()
-    if report.diagnosis is not None:
-        _diagnosis(console, report.diagnosis)
-        console.print()
-    if report.findings:
-        console.print(Text(f"Diagnosis — {len(report.findings)} finding(s), most costly first", style="bold"))
-        for i, f in enumerate(report.findings, 1):
-            _finding(console, i, f)
-    else:
-        console.print(Text("Diagnosis — no findings: nothing in the checklist fired.", style="bold green"))
-    console.print()
-    counts: dict[str, int] = defaultdict(int)
-    for o in report.checks:
-        counts[o.status] += 1
-    console.print(
-        f"Checks: {counts[Status.FAILED]} with findings, {counts[Status.PASSED]} passed, "
-        f"{counts[Status.SKIPPED]} skipped, {counts[Status.CRASHED]} crashed"
-    )
-    skipped: dict[str, list[str]] = defaultdict(list)
-    for o in report.checks:
-        if o.status == Status.SKIPPED:
-            skipped[o.reason].append(o.check_id)
-    for reason, ids in skipped.items():
-        _indented(console, f"skipped {', '.join(ids)}: {reason}", indent=2, style="dim")
-    for o in report.checks:
-        if o.status == Status.CRASHED:
-            _indented(console, f"crashed {o.check_id}: {o.reason}", indent=2, style="red")
-    status = report.status
-    console.print(Text.assemble("Result: ", (status.upper(), STATUS_STYLE[status]), f" (exit {report.exit_code})"))
+        _section(console, section)
+    console.print(Text(doc.run_line, style="dim"))
+    console.print(_verdict(doc))
 
 
-def render_terminal(report: Report, *, color: bool = False, width: int = 110) -> str:
-    """The terminal report as a string (no colour unless asked)."""
+def _verdict(doc: view.View) -> Text:
+    text = Text("Result: ")
+    text.append(doc.status.upper(), style=STYLES.get(doc.status, "bold"))
+    text.append(f" (exit {doc.exit_code})")
+    return text
+
+
+def print_terminal(report: Report, console: Console, *, verbose: bool = False) -> None:
+    """Print the report on `console` (its colour and width decide how it looks)."""
+    print_view(view.build_view(report, view.ViewOptions(verbose=verbose)), console)
+
+
+def render_terminal(report: Report, *, color: bool = False, width: int | None = None, verbose: bool = False) -> str:
+    """The terminal report as a string: plain unless `color`, `width` wide (default ``COLUMNS`` or 100)."""
     buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=color, no_color=not color, width=width, highlight=False)
-    print_terminal(report, console)
+    console = make_console(buffer, color=color, width=width)
+    print_terminal(report, console, verbose=verbose)
     # rich pads wrapped lines to the console width; a file or a pipe should not carry that padding
     return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))

@@ -87,9 +87,11 @@ def _first(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_in_text(text: str) -> str:
-    """The check id of the finding ranked first in the text report."""
-    match = re.search(r"^\s*1\.\s+(?:CRITICAL|WARNING|INFO)\s+(LD\d+)", text, re.MULTILINE)
-    assert match, text[-2000:]
+    """The check id of the finding ranked first in the text report: the summary at the top says what it
+    is (`` 1. WARNING Queueing: …``), the details of the same rank which check it is (`` 1. … · LD203 · ``)."""
+    summary = re.search(r"^\s*1\.\s+(?:CRITICAL|WARNING|INFO)\s+\S", text, re.MULTILINE)
+    match = re.search(r"^\s*1\. .+? · (LD\d+) · ", text, re.MULTILINE)
+    assert summary and match and summary.start() < match.start(), text[-2000:]
     return match.group(1)
 
 
