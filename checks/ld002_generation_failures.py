@@ -9,7 +9,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.failures import FailurePattern, counts_as_trouble, failure_pattern, signs_of_503
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import FIRST_REQUEST, OUTCOMES
 from llmdoctor.probes.client import parse_retry_after
 from llmdoctor.probes.outcomes import RequestOutcome
@@ -188,6 +188,8 @@ def _finding(cause: Cause, members: Sequence[tuple[RequestOutcome, str]], later:
                 "(nginx limit_req_status 429).",
             )),
             impact_ms=impact, impact_basis=basis, evidence=evidence, cause=cause,
+            # the share that was refused is already in the impact: the expected cost per request
+            frequency=Frequency.EVERY_REQUEST,
         )
     severity = Severity.CRITICAL if share >= 0.5 else Severity.WARNING
     return Finding(

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import lower
 from llmdoctor.probes.catalog import BASELINE, SWEEP
 from llmdoctor.probes.timing import RequestTiming
@@ -122,7 +122,9 @@ class SlowReplica(Check):
                 "health-check replicas on latency, not only liveness.",
             )),
             impact_ms=round(share * extra, 1),
-            impact_basis=f"{share:.0%} of requests land on the slow population and pay ~{extra:,.0f} ms more",
+            frequency=Frequency.EVERY_REQUEST,
+            impact_basis=f"{share:.0%} of requests land on the slow population and pay ~{extra:,.0f} ms more "
+                         "(averaged over all requests)",
             evidence=tuple(evidence),
             cause=Cause.REPLICA_IMBALANCE,
         )

@@ -9,7 +9,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.delivery import MIN_HELD_MS, StreamShape
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import ATTRIBUTION
 from llmdoctor.probes.timing import ClockOrigin
 
@@ -158,6 +158,7 @@ class HeldBackStream(Check):
             ),
             cause=Cause.HELD_BACK_STREAM,
             impact_ms=round(impact, 1),
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis=basis,
             evidence=tuple(evidence),
         )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import ATTRIBUTION
 from llmdoctor.stats import percentile
 
@@ -111,6 +111,7 @@ class InFrontOfServer(Check):
             ),
             cause=Cause.GATEWAY_OVERHEAD,
             impact_ms=round(p50, 1),
+            frequency=Frequency.EVERY_REQUEST,
             impact_basis="median over the baseline's requests: client time − the server's own time",
             evidence=tuple(evidence),
         )

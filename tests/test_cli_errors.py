@@ -141,7 +141,7 @@ def test_checks_lists_the_checklist_and_explain_prints_docs(capsys: pytest.Captu
         assert f"\n{section}\n" in docs.out  # a heading of its own, without the docstring's markup
     assert "``" not in docs.out and "## " not in docs.out and "max_tokens" in docs.out
     # what it measures, in the user's words, not the probe's internal name
-    assert "Measures: the output-length sweep (requests with max_tokens 1, 16 and 64)." in docs.out
+    assert "Measures: the output-length sweep (requests with max_tokens 1, 16 and 64)" in docs.out
     assert "Measurements used" not in docs.out
     assert finding_ids({"findings": []}) == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -43,7 +44,8 @@ def test_markdown_has_the_terminal_ranking_and_the_waterfall_table(
     summary = re.findall(r"^\| (\d+) \| \S+ (\w+) \| (.+?) \|", md, re.M)
     assert [(rank, severity) for rank, severity, _ in summary] == [("1", "warning"), ("2", "warning")]
     assert summary[0][2].startswith("Flat latency") and summary[1][2].startswith("Cold start")
-    assert "| Phase | Time | Share | Note |" in md and "| wait for first token |" in md
+    phases = [p["name"] for p in json.loads(_replay(capsys, recording, "--json"))["breakdown"]["phases"]]
+    assert "| Phase | Time | Share | Note |" in md and all(f"| {name} |" in md for name in phases)
     assert "- skipped LD710: " in md and md.startswith("# llmdoctor")
 
 
@@ -186,8 +188,10 @@ def test_html_renders_in_headless_chromium(capsys: pytest.CaptureFixture[str], r
     assert findings.count("<tr>") == 3 and findings.count('class="sev"') == 2  # header + 2 rows, coloured
     assert "background:#b7791f" in findings  # warning's colour
     waterfall = dom.stdout.split('<section id="waterfall">', 1)[1].split("</section>", 1)[0]
-    assert waterfall.count("<rect") == 6 and "wait for first token" in waterfall  # one bar per phase
-    assert "Share" in waterfall and re.search(r">(?:8[5-9]|9\d)%<", waterfall), waterfall  # first token's share
+    phases = [p["name"] for p in json.loads(run_cli(capsys, "replay", str(recording), "--select", SPINE,
+                                                    "--json").out)["breakdown"]["phases"]]
+    assert waterfall.count("<rect") == len(phases) and all(name in waterfall for name in phases)  # a bar each
+    assert "Share" in waterfall and re.search(r">(?:8[5-9]|9\d)%<", waterfall), waterfall  # prefill's share
     assert "p90" in waterfall and "a new connection adds" in waterfall
     assert waterfall.count('class="point"') == 6 and 'class="fit"' in waterfall  # the sweep and its fit
     checks = dom.stdout.split('<section id="checks">', 1)[1].split("</section>", 1)[0]

@@ -110,8 +110,8 @@ def fit_summary(b: Breakdown) -> str | None:
     fixed = max(0.0, b.fixed_ms)
     predicted = fixed + b.per_token_ms * n
     share = fixed / predicted if predicted > 0 else 0.0
-    return (f"Flat-latency fit: {fixed_text} + {token_text}: a {n}-token answer takes ≈ {format_ms(predicted)} "
-            f"({share:.0%} fixed)")
+    return (f"{fixed_text[:1].upper()}{fixed_text[1:]} + {token_text}: a {n}-token answer takes ≈ "
+            f"{format_ms(predicted)} ({share:.0%} fixed)")
 
 
 def accounting_line(report: Report) -> str | None:
