@@ -31,12 +31,15 @@ def diagnose(
     recorded: Mapping[str, object] | None = None,
     progress: Progress | None = None,
     before_send: Callable[[], None] | None = None,
+    deadline_at: float | None = None,
 ) -> tuple[Report, Context]:
     """Run the checklist against `target` (or on `recorded` measurements) and rank the findings.
 
     The probes the selected checks declare are measured first, in the catalog's order,
     then every check runs on the results. Ctrl-C stops the measuring and returns the
     partial report, marked ``interrupted``, with the checks whose measurements were complete.
+    `deadline_at`: the ``perf_counter()`` instant ``--deadline`` ends (default: the deadline
+    counted from now). Raises `ClientSetupError` when the probe client cannot be built.
     """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
@@ -47,7 +50,10 @@ def diagnose(
         if progress:
             progress(f"probing {name}: {description} · {ctx.requests_sent} requests sent so far")
 
-    ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send)
+    if target is not None and recorded is None:
+        _register_secrets(options)
+    ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send,
+                  deadline_at=deadline_at)
     outcomes: list[CheckOutcome] = [
         CheckOutcome(e.name, e.name, "plugin failed to load", "endpoint", "crashed", reason=e.reason)
         for e in registry.errors
@@ -88,6 +94,14 @@ def diagnose(
         diagnosis=results.get(DIAGNOSIS),
     )
     return report, ctx
+
+
+def _register_secrets(options: Options) -> None:
+    """The credentials inside the URL options are masked in everything printed from now on."""
+    from llmdoctor.redact import register_url_secrets
+
+    register_url_secrets(options.evidence.metrics_url)
+    register_url_secrets(options.evidence.gpu_metrics_url)
 
 
 def _model(results: Results, target: Target | None) -> str | None:
