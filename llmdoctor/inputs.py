@@ -163,7 +163,11 @@ def open_input(path: str, what: str, *, limit: int, deadline: Deadline | None = 
             raise InputError(f"{what} -: standard input is closed")
         try:
             fd = os.dup(sys.stdin.fileno())
-        except (OSError, ValueError, io.UnsupportedOperation):
+        except (io.UnsupportedOperation, AttributeError):  # a stdin without a descriptor (embedding, tests)
+            binary = getattr(sys.stdin, "buffer", None)
+            read = binary.read if binary is not None else (lambda n: sys.stdin.read(n).encode("utf-8"))
+            return BoundedStream(read, f"{what} - (standard input)", limit=limit, deadline=deadline, stop=stop)
+        except (OSError, ValueError):
             raise InputError(f"{what} -: standard input is closed") from None
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
         return BoundedStream(lambda n: os.read(fd, n), f"{what} - (standard input)", limit=limit,
