@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -9,8 +10,10 @@ from datetime import datetime, timezone
 from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
 from llmdoctor.context import Context, Results
+from llmdoctor.findings import Finding
 from llmdoctor.folding import fold_outcomes
 from llmdoctor.probes.catalog import DIAGNOSIS, DISCOVERY
+from llmdoctor.redact import redact_output
 from llmdoctor.registry import load_registry, select
 from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, run_one, schedule_for
@@ -75,6 +78,9 @@ def diagnose(
     finally:
         ctx.close()
     results = ctx.results()
+    outcomes = [_redacted_outcome(o) for o in outcomes]
+    for status in ctx.statuses():  # skip reasons quote exceptions and URLs: one redaction pass
+        status.reason = redact_output(status.reason)
     findings = fold_outcomes(outcomes)
     report = Report(
         endpoint=target.base_url if target else "(recorded)",
@@ -94,6 +100,21 @@ def diagnose(
         diagnosis=results.get(DIAGNOSIS),
     )
     return report, ctx
+
+
+def _redacted_finding(f: Finding) -> Finding:
+    """`f` with its texts through the process-wide redaction (a check may quote a URL or a server)."""
+    return dataclasses.replace(
+        f, title=redact_output(f.title), message=redact_output(f.message),
+        evidence=tuple(dataclasses.replace(e, value=redact_output(e.value)) if isinstance(e.value, str) else e
+                       for e in f.evidence),
+        supporting=tuple(_redacted_finding(s) for s in f.supporting))
+
+
+def _redacted_outcome(o: CheckOutcome) -> CheckOutcome:
+    o.reason = redact_output(o.reason)
+    o.findings = [_redacted_finding(f) for f in o.findings]
+    return o
 
 
 def _register_secrets(options: Options) -> None:

@@ -6,11 +6,13 @@ renderers do the same with anything that may carry a secret.
 
 On top of that, one process-wide pass (`redact_output`) runs over every string that leaves
 the process — the report in any format, the NDJSON of fleets and watches, saved recordings,
-error lines, the verbose log, plugin errors. It masks every secret registered so far (the
-keys and credential headers of every target built, the passwords and query values of the URL
-options, the proxies' passwords, the values of credential-like environment variables) and,
-in any text, a URL's ``user:password@`` and the values of credential-like query parameters
-(``?token=``, ``&api_key=``, ``&sig=``).
+error lines, the verbose log, skip reasons, plugin errors. It masks every secret registered so
+far (the keys and credential headers of every target built, the passwords and query values of
+the URL options, the proxies' passwords, the values of credential-like environment variables
+such as ``*_API_KEY``, ``*_TOKEN``, ``*_PASSWORD``) and, in messages, a URL's
+``user:password@`` and the values of credential-like query parameters (``?token=``,
+``&api_key=``, ``&sig=``). A whole rendered document gets the exact-secret part only
+(`redact_document`): a pattern must not rewrite an HTML report's scripts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "Redactor",
     "is_sensitive_header",
     "mask_secret",
+    "redact_document",
     "redact_headers",
     "redact_output",
     "redact_output_obj",
@@ -184,10 +187,14 @@ class Redactor:
 _OUTPUT_MIN_LENGTH = 6
 # A URL's user:password@ (or a bare token@), in any text.
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
-# The value of a query parameter whose name looks like a credential, in any text.
+# The value of a query parameter whose name ends like a credential's (?token=, &api_key=, &X-Amz-Signature=),
+# in any text ("max_tokens=" is not one).
 _QUERY_SECRET = re.compile(
-    r"(?i)([?&;](?:[^=&#\s]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential|session)"
-    r"[^=&#\s]*)=)[^&#\s\"'<>]+")
+    r"(?i)([?&;][\w.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential|credentials)=)"
+    r"[^&#\s\"'<>]+")
+# Environment variables whose value is a credential: the name ends like one (OPENAI_API_KEY, HF_TOKEN,
+# AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so TOKEN_TTL_SECONDS or SESSION_NAME are not.
+_CREDENTIAL_VARIABLE = re.compile(r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PAT)$")
 
 
 class _ProcessSecrets:
@@ -209,6 +216,11 @@ class _ProcessSecrets:
     @property
     def redactor(self) -> Redactor:
         return self._redactor
+
+    def mask(self, text: str) -> str:
+        """`text` with the registered secrets (exact strings, and their escaped spellings) masked."""
+        pattern = self._redactor._pattern  # noqa: SLF001 - the same class's own state
+        return pattern.sub(MASK, text) if pattern is not None else text
 
 
 _PROCESS = _ProcessSecrets()
@@ -247,17 +259,22 @@ def register_environment_secrets(environ: Mapping[str, str] | None = None) -> No
     env = os.environ if environ is None else environ
     values: list[str | None] = []
     for name, value in env.items():
-        lname = name.lower().replace("_", "-")
-        if lname.endswith("-proxy") or lname == "proxy":
+        if name.lower().endswith("_proxy"):
             register_url_secrets(value)
-        elif is_sensitive_header(lname) and len(value) >= 8:
+        elif _CREDENTIAL_VARIABLE.search(name) and len(value) >= 8 and not value.isdigit():
             values.append(value)
     register_secrets(values)
 
 
+def redact_document(text: str) -> str:
+    """A whole rendered document (a report in any format) as it may leave the process: the
+    registered secrets masked, nothing else touched (an HTML report's scripts stay intact)."""
+    return _PROCESS.mask(text) if text else text
+
+
 def redact_output(text: str) -> str:
-    """`text` as it may leave the process: registered secrets, URL passwords and credential query
-    values, bearer tokens masked."""
+    """A message (an error line, a reason, a string of the JSON report) as it may leave the process:
+    registered secrets, bearer tokens, URL passwords and credential query values masked."""
     if not text:
         return text
     text = _PROCESS.redactor.text(text)

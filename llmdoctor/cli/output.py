@@ -20,15 +20,15 @@ FORMATS = ("text", "json", "markdown", "junit", "html", "prometheus")
 
 
 def emit(text: str, output: str | None) -> None:
-    """Write `text` (redacted: `llmdoctor.redact.redact_output`) to --output FILE, or to stdout.
+    """Write `text` (redacted: `llmdoctor.redact.redact_document`) to --output FILE, or to stdout.
 
     A file that cannot be written is a usage problem (exit 3); stdout that cannot be written
     (closed, full, a reader that left) is not: the run keeps its exit code
     (`llmdoctor.cli.streams` says why on stderr).
     """
-    from llmdoctor.redact import redact_output
+    from llmdoctor.redact import redact_document
 
-    text = redact_output(text)
+    text = redact_document(text)
     if output:
         write_file(output, "--output", text)
         return

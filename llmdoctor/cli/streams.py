@@ -3,7 +3,8 @@
 `guarded_stdio` replaces ``sys.stdout`` and ``sys.stderr`` (when they are the process's own)
 with streams that
 
-- pass every string through the process-wide redaction (`llmdoctor.redact.redact_output`);
+- pass every string through the process-wide redaction (`llmdoctor.redact`: the exact secrets
+  on stdout, which carries whole reports; messages on stderr);
 - never raise on write or flush: a closed descriptor (``>&-``), a full device
   (``>/dev/full``), a pipe whose reader left (``| head -1``) is remembered, later writes go
   nowhere, and the run goes on to its own exit code (Python's advice for SIGPIPE: send the
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from llmdoctor.redact import redact_output
+from llmdoctor.redact import redact_document, redact_output
 
 __all__ = ["GuardedStdio", "guarded_stdio"]
 
@@ -70,10 +71,13 @@ class _GuardedRaw(io.RawIOBase):
 
 
 class _RedactingText(io.TextIOWrapper):
-    """A text stream whose every write goes through `redact_output`."""
+    """A text stream whose every write is redacted: `redact_document` (stdout: whole reports, HTML
+    included) or `redact_output` (stderr: messages)."""
+
+    messages = False
 
     def write(self, s: str) -> int:
-        super().write(redact_output(s))
+        super().write(redact_output(s) if self.messages else redact_document(s))
         return len(s)
 
 
@@ -153,6 +157,7 @@ def guarded_stdio() -> Iterator[GuardedStdio]:
         stream = _RedactingText(io.BufferedWriter(raw),  # type: ignore[type-var]
                                 encoding=encoding, errors="backslashreplace",
                                 line_buffering=line_buffering)
+        stream.messages = name == "stderr"
         if current is not None:
             with contextlib.suppress(Exception):
                 current.flush()

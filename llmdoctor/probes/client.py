@@ -533,7 +533,8 @@ class ProbeClient:
             try:
                 st = os.stat(ca_bundle)
             except OSError as exc:
-                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot read the CA bundle: {exc.strerror or exc}") from None
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot read the CA bundle: "
+                                       f"{exc.strerror or exc}") from None
             if not stat.S_ISREG(st.st_mode):
                 raise ClientSetupError(f"--ca-bundle {ca_bundle}: not a regular file (a CA bundle is a PEM file of CA "
                                        "certificates)")
