@@ -34,8 +34,8 @@ from typing import Any
 
 from llmdoctor.target import display_url
 
-__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "environment_proxies", "proxy_transport",
-           "route_for"]
+__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "environment_proxies", "proxy_settings",
+           "proxy_transport", "route_for"]
 
 _SEPARATORS = re.compile(r"[,\s]+")
 _SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -168,6 +168,13 @@ def route_for(scheme: str, host: str, port: int, *, credentials: bool = False,
         return Route(None, settings)
     settings.credentials_exposed = credentials and scheme == "http"
     return Route(_proxy_url(value), settings)
+
+
+def proxy_settings(scheme: str, host: str, port: int | None = None, *, credentials: bool = False,
+                   environ: Mapping[str, str] | None = None) -> ProxySettings:
+    """What the report says of the route to ``scheme://host:port`` (masked; port defaults by scheme)."""
+    port = port if port is not None else (443 if scheme == "https" else 80)
+    return route_for(scheme, host, port, credentials=credentials, environ=environ).settings
 
 
 def proxy_transport(route: Route, **transport_options: Any) -> Any:

@@ -41,7 +41,7 @@ def demo(profile: str, as_json: bool) -> None:
     The default profile has a high fixed cost per request and a cold start;
     try --profile slow-decode, long-prefill, slow-floor or close-connections (queueing only shows
     under concurrent load: `serve-sim --profile queueing` and `check --concurrency 4`).
-    Exits 0 when the diagnosis ran (whatever it found), 3 when it could not.
+    Exits 0 when the diagnosis ran (whatever it found), 3 when it could not or was interrupted.
     """
     from llmdoctor.doctor import diagnose
     from llmdoctor.render import render
@@ -56,7 +56,7 @@ def demo(profile: str, as_json: bool) -> None:
             if progress is not None:
                 progress.stop()
     emit(render(report, fmt), None)
-    sys.exit(0)
+    sys.exit(3 if report.interrupted else 0)  # Ctrl-C/SIGTERM: a partial diagnosis
 
 
 @click.command(name="serve-sim")
