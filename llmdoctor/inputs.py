@@ -86,7 +86,7 @@ class BoundedStream(io.RawIOBase):
     """
 
     def __init__(self, read: Any, name: str, *, limit: int, deadline: Deadline | None = None,
-                 poll_fd: int | None = None, idle_s: float = PIPE_IDLE_S, stop: str = "raise",
+                 poll_fd: int | None = None, idle_s: float | None = None, stop: str = "raise",
                  close: Any = None) -> None:
         super().__init__()
         self._read = read
@@ -94,7 +94,7 @@ class BoundedStream(io.RawIOBase):
         self.limit = limit
         self._deadline = deadline or Deadline()
         self._poll_fd = poll_fd if hasattr(select, "poll") else None
-        self._idle_s = idle_s
+        self._idle_s = PIPE_IDLE_S if idle_s is None else idle_s
         self._stop_mode = stop
         self._close = close
         self.count = 0
@@ -151,12 +151,13 @@ class BoundedStream(io.RawIOBase):
 
 
 def open_input(path: str, what: str, *, limit: int, deadline: Deadline | None = None,
-               stop: str = "raise", idle_s: float = PIPE_IDLE_S) -> BoundedStream:
+               stop: str = "raise", idle_s: float | None = None) -> BoundedStream:
     """Open `path` (``-``: standard input) for bounded reading; `what` names it in errors (``--request``).
 
     Raises `InputError` (one line) for a missing file, a directory, a device, a socket, or a
-    regular file larger than `limit` when ``stop="raise"``.
+    regular file larger than `limit` when ``stop="raise"``. `idle_s`: default `PIPE_IDLE_S`.
     """
+    idle_s = PIPE_IDLE_S if idle_s is None else idle_s
     label = f"{what} {path}" if what else path
     if path == "-":
         if sys.stdin is None:
