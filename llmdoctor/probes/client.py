@@ -555,7 +555,7 @@ class ProbeClient:
                 ctx = ssl.create_default_context(cafile=ca_bundle)
             except (OSError, ssl.SSLError, ValueError) as exc:
                 reason = getattr(exc, "reason", None) or exc
-                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot load it as PEM CA certificates "
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot load the CA bundle as PEM certificates "
                                        f"({reason})") from None
         else:
             ctx = httpx.create_ssl_context()
