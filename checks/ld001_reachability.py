@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from llmdoctor.causes import Cause
@@ -9,9 +10,15 @@ from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.baseline import describe_failure
-from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST
+from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST, HOST
 from llmdoctor.probes.discovery import EndpointInfo
+from llmdoctor.probes.host import HostResult
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
+
+# A server process younger than this, found on this machine while its port refuses connections,
+# is probably still starting (vLLM binds its port only once the engine is ready: 26-114 s for a
+# tiny model on two CPU cores, minutes for large models on GPUs).
+LOADING_WINDOW_S = 900.0
 
 
 class Reachability(Check):
@@ -23,7 +30,10 @@ class Reachability(Check):
     TLS failure, 401/403, 404 on a wrong path (and whether the server root
     serves ``/v1``), a requested model that is not served, a body that is not
     OpenAI-shaped JSON (an HTML page from a proxy), a 5xx, a stream that stops
-    mid-way, or rate limiting.
+    mid-way, or rate limiting. When the connection is refused and the server's
+    process runs on this machine (``--pid``, or found by name) and started
+    recently, it says the server may still be loading: vLLM opens its port only
+    once the engine is ready.
 
     ## Why it adds latency
     Every other measurement depends on a working request. An endpoint that
@@ -48,13 +58,16 @@ class Reachability(Check):
     title = "Endpoint reachability"
     category = Category.ENDPOINT
     requires = (DISCOVERY,)
-    optional = (FIRST_REQUEST,)
+    optional = (FIRST_REQUEST, HOST)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         info = ctx.get(DISCOVERY)
         models = info.models_timing
         if not info.reachable:
-            yield _transport_failure(models, info.base_url, ctx.options.request.timeout_s)
+            finding = _transport_failure(models, info.base_url, ctx.options.request.timeout_s)
+            if models.error == ErrorKind.REFUSED:
+                finding = _maybe_loading(finding, ctx.optional(HOST))
+            yield finding
             return
         if models.status in (401, 403):
             yield _auth_failure(models)
@@ -132,6 +145,34 @@ def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Fin
         evidence=(Evidence("error", t.error, source="GET /models"),),
         # a server that accepts the connection but never answers is hung, not unreachable
         cause=Cause.SERVER_ERRORS if t.error == ErrorKind.READ_TIMEOUT else Cause.ENDPOINT_UNREACHABLE,
+    )
+
+
+def _maybe_loading(finding: Finding, host: HostResult | None) -> Finding:
+    """Add what the local server process says to a refused connection: starting, or elsewhere."""
+    proc = host.server_process if host is not None else None
+    if proc is None or proc.uptime_s is None:
+        return finding
+    who = f"Process {proc.pid} ({proc.kind or proc.name or 'server'})"
+    evidence = (*finding.evidence, Evidence("server process uptime", round(proc.uptime_s), "s", "host"))
+    if proc.uptime_s > LOADING_WINDOW_S and host is not None and host.process_source != "pid":
+        return dataclasses.replace(
+            finding,
+            message=finding.message + f" {who} has run on this machine for {proc.uptime_s / 60:.0f} min but "
+            "nothing listens at that port: check the --host/--port it was started with.",
+            evidence=evidence,
+        )
+    return dataclasses.replace(
+        finding,
+        title="Connection refused: the server may still be loading",
+        message=finding.message + f" {who} started {proc.uptime_s:.0f} s ago on this machine and does not "
+        "accept connections yet: the server may still be loading (vLLM opens its port only once the "
+        "model is loaded and the engine is ready).",
+        fix=Fix("Wait for the server to finish starting, then retry; if it never does, read its log.", (
+            "vLLM is ready when its log says 'Starting vLLM server on' / 'Application startup complete'.",
+            "If it exits or hangs, pass its log with --log; check the port it was started with.",
+        )),
+        evidence=evidence,
     )
 
 

@@ -10,6 +10,7 @@ from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
+from llmdoctor.probes.metrics import ServerMetricsResult
 
 
 class Preemptions(Check):
@@ -19,7 +20,11 @@ class Preemptions(Check):
     The growth of ``vllm:num_preemptions_total`` between the scrapes taken
     before and after the baseline (so: during our requests), and SGLang's
     ``sglang:num_retracted_reqs`` gauge. A non-zero cumulative count with no
-    growth during the run is reported as info.
+    growth during the run is reported as info. The evidence adds vLLM's
+    ``vllm:request_num_preemptions`` (preemptions per request finished in the
+    interval) and the KV cache's size from ``vllm:cache_config_info`` (blocks
+    x block size), as vLLM 0.32 exports them. vLLM V1 logs no preemption:
+    these counters are its only trace (LD210 stays blind there).
 
     ## Why it adds latency
     A preempted sequence loses its KV cache and later recomputes its whole
@@ -78,7 +83,8 @@ class Preemptions(Check):
                     "preemptions x mean prefill time during our run" if impact is not None
                     else "not measured: no prefill-time histogram"
                 ),
-                evidence=(Evidence(what, count, "", m.url), Evidence("cumulative preemptions", total, "", m.url)),
+                evidence=(Evidence(what, count, "", m.url), Evidence("cumulative preemptions", total, "", m.url),
+                          *_kv_evidence(m)),
                 cause=Cause.KV_CACHE_PRESSURE,
             )
         elif total:
@@ -93,3 +99,16 @@ class Preemptions(Check):
                 evidence=(Evidence("cumulative preemptions", total, "", m.url),),
                 cause=Cause.KV_CACHE_PRESSURE,
             )
+
+
+def _kv_evidence(m: ServerMetricsResult) -> tuple[Evidence, ...]:
+    """Preemptions per finished request and the KV cache's size, where the backend exports them."""
+    out = []
+    per_request = m.delta.preempted_per_request if m.delta else None
+    if per_request is not None:
+        out.append(Evidence("preemptions per finished request", round(per_request, 2), "", m.url))
+    kv = m.latest.kv_cache
+    if kv is not None and kv.capacity_tokens is not None:
+        blocks = f" ({kv.num_blocks} blocks of {kv.block_size})" if kv.num_blocks and kv.block_size else ""
+        out.append(Evidence("KV cache size", f"{kv.capacity_tokens:,} tokens{blocks}", "", m.url))
+    return tuple(out)

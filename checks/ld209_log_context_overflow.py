@@ -21,7 +21,9 @@ class LogContextOverflow(Check):
     `inputs` tokens + `max_new_tokens` must be <= ...", llama.cpp "the request exceeds the
     available context size") or silently cut the prompt (Ollama "truncating input prompt",
     llama.cpp "input truncated"), and transformers' "Token indices sequence length is longer
-    than the specified maximum".
+    than the specified maximum". vLLM 0.32 sends its "maximum context length is ..." error to the
+    client only; its log keeps just uvicorn's access line ``"POST /v1/chat/completions HTTP/1.1"
+    400 Bad Request``, so 400s on the generation routes are counted too, as likely overflows.
 
     ## Why it adds latency
     A prompt at the limit pays the longest possible prefill before its first token; a rejected
@@ -38,6 +40,8 @@ class LogContextOverflow(Check):
 
     ## Caveats
     The log does not say which client sent the request; LD1xx checks measure your own prompts.
+    A 400 access line says only that a request was invalid: a prompt over the window is the usual
+    reason with vLLM, but a bad parameter looks the same (low confidence when only those are seen).
     """
 
     id = "LD209"
@@ -53,21 +57,30 @@ class LogContextOverflow(Check):
         if not count or not hits:
             return
         truncated = sum(1 for h in hits if h.kind == "truncated")
-        rejected = len(hits) - truncated
+        bad_requests = sum(1 for h in hits if h.kind == "http-400")
+        rejected = len(hits) - truncated - bad_requests
         kinds = []
         if rejected:
             kinds.append(f"{rejected} rejected")
         if truncated:
             kinds.append(f"{truncated} truncated")
+        if bad_requests:
+            kinds.append(f"{bad_requests} answered HTTP 400 (vLLM logs an overflow only as its access line; "
+                         "another invalid request looks the same)")
+        only_400 = bad_requests == len(hits)
         sample = " (among the kept samples)" if len(hits) < count else ""
         last = hits[-1]
         yield Finding(
             severity=Severity.WARNING,
-            confidence=Confidence.HIGH,
-            title=f"Prompts over the context window in server logs ({count}x)",
+            confidence=Confidence.LOW if only_400 else Confidence.HIGH,
+            title=(f"Generation requests rejected with HTTP 400 in server logs ({count}x): likely over the context "
+                   "window" if only_400 else f"Prompts over the context window in server logs ({count}x)"),
             message=(
-                f"The server logged {count} prompt(s) over its context window: {', '.join(kinds)}{sample}. "
-                f"Last at {last.where}: {last.text[:160]}"
+                (f"The server answered {count} generation request(s) with HTTP 400{sample}: with vLLM that is "
+                 "usually a prompt over --max-model-len (its log keeps only the access line; another invalid "
+                 "request looks the same). " if only_400 else
+                 f"The server logged {count} prompt(s) over its context window: {', '.join(kinds)}{sample}. ")
+                + f"Last at {last.where}: {last.text[:160]}"
             ),
             impact_ms=None,
             impact_basis="rejected requests fail and are retried; truncated ones pay a full-window prefill",

@@ -8,11 +8,10 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.measures import cold_start_penalty_ms
+from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
 
-# The penalty must exceed this floor and the warm median itself to count.
-MIN_PENALTY_MS = 100.0
+# A penalty counts beyond measures.cold_start_noise_ms; from this one on it is a warning.
 WARNING_PENALTY_MS = 1000.0
 
 
@@ -60,8 +59,7 @@ class ColdStart(Check):
             return
         first_ttft = first.ttft_ms - first.setup_ms
         penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
-        jitter = warm_p90 - warm_p50
-        if penalty < max(MIN_PENALTY_MS, warm_p50, 3 * jitter):
+        if penalty < cold_start_noise_ms(warm_p50, warm_p90):
             return
         severity = Severity.WARNING if penalty >= WARNING_PENALTY_MS else Severity.INFO
         confidence = Confidence.HIGH if len(base.ok_samples) >= 5 else Confidence.MEDIUM

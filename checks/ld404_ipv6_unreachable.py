@@ -1,4 +1,4 @@
-"""LD404: the host has IPv6 (AAAA) addresses that do not accept connections."""
+"""LD404: an address of the host (usually its IPv6 one) does not connect, and clients wait on it first."""
 
 from __future__ import annotations
 
@@ -8,71 +8,109 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.catalog import DNS
+from llmdoctor.probes.catalog import TRANSPORT
+from llmdoctor.probes.transport import ConnectAttempt
 
-# RFC 8305's recommended connection attempt delay: what happy eyeballs waits before IPv4.
+# RFC 8305's recommended connection attempt delay: what happy eyeballs waits before the next address.
 HAPPY_EYEBALLS_DELAY_MS = 250.0
+# A stall below this (a fast refusal) is reported as info: a client loses next to nothing.
+WARNING_STALL_MS = 100.0
+
+_CAUSE = {
+    "unreachable": "no route to it, or no host answers for it on its link (ARP/NDP gave up)",
+    "timeout": "its packets are dropped without an answer (a filtering firewall, a black-holed route)",
+    "refused": "nothing listens there on this port",
+}
+
+
+def _describe(a: ConnectAttempt, limit_s: float) -> str:
+    family = "IPv6" if a.family == "ipv6" else "IPv4"
+    cause = _CAUSE.get(a.outcome, "the connect failed")
+    if a.outcome == "timeout":
+        return f"{family} {a.address} gave no answer for {a.ms:,.0f} ms (the probe's {limit_s:g} s limit): {cause}"
+    return f"{family} {a.address} was {a.outcome} after {a.ms:,.0f} ms: {cause} ({a.error})"
 
 
 class Ipv6Unreachable(Check):
-    """AAAA addresses that do not connect: an IPv6 fallback penalty on new connections.
+    """Dead address first: an address tried before a working one (usually IPv6) does not connect.
 
     ## What it checks
-    Tries a TCP connection (short timeout) to every address the host resolves to,
-    on the endpoint's port. Fires when an IPv6 address fails while an IPv4 one
-    works.
+    The transport probe tries the endpoint's addresses in the order clients do
+    (Happy Eyeballs, RFC 8305: families interleaved, the preferred one - usually
+    IPv6 - first) until one connects, and times each failure. Fires when one or
+    more addresses fail before a working one: it names each, its cause (refused,
+    unreachable, no answer) and the stall it cost, as measured (a warning from
+    100 ms of stall, info below: a fast refusal costs next to nothing).
 
     ## Why it adds latency
-    Clients try IPv6 first. With happy eyeballs (RFC 8305) they wait about 250 ms
-    before racing IPv4; clients without it (Python's `socket.create_connection`,
-    used by httpx and requests) try each address in turn and wait for the IPv6
-    connect to fail, or time out, before IPv4.
+    Clients that try addresses in turn (Python's `socket.create_connection`,
+    used by httpx and requests; many HTTP libraries) wait for the dead address
+    to fail on every new connection: a refusal is fast, a host gone from its
+    link stalls for neighbour discovery (about 3 s on Linux), a silent drop until
+    the client's connect timeout. Happy-Eyeballs clients (curl, browsers, Go)
+    start the next address after ~250 ms instead.
 
     ## Example
-    `llm.example.com` has AAAA 2001:db8::5 (timeout after 1 s) and A 192.0.2.5
-    (connects in 3 ms).
+    `llm.example.com` has AAAA 2001:db8::5 (unreachable after 3,020 ms: no host
+    answers for it) and A 192.0.2.5 (connects in 3 ms): every new connection of
+    an httpx client waits 3 s first.
 
     ## Fix
-    Publish AAAA records only where the service listens on IPv6 (or make it listen
-    on `::`); or make the client prefer IPv4 (`precedence ::ffff:0:0/96 100` in
-    /etc/gai.conf, or connect to the IPv4 address).
+    Publish AAAA (and A) records only where the service listens; make the
+    service and its load balancer listen on IPv6 (`::`); or make clients prefer
+    IPv4 (`precedence ::ffff:0:0/96 100` in /etc/gai.conf) or use a
+    Happy-Eyeballs client.
 
     ## Caveats
-    A refused connection fails fast (small penalty); a filtered one costs the full
-    timeout. The probe's own connect timeout is short, so real timeouts can be longer.
+    A silent drop is only waited for up to the probe's own connect limit (5 s,
+    or `--timeout` if shorter): the real stall is then at least that long. The
+    order tried is this machine's (getaddrinfo honours /etc/gai.conf); with
+    `--dns-server`, that server's answers in Happy-Eyeballs order.
     """
 
     id = "LD404"
     name = "ipv6-unreachable"
-    title = "IPv6 addresses do not connect"
+    title = "An address of the host does not connect"
     category = Category.NETWORK
-    requires = (DNS,)
+    requires = (TRANSPORT,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
-        dns = ctx.get(DNS)
-        bad = dns.unreachable_ipv6
-        good_v4 = [a for a in dns.addresses if a.family == "ipv4" and a.ok]
-        if not bad or not good_v4:
+        tr = ctx.get(TRANSPORT)
+        failed = tr.failed_attempts
+        if not failed:
             return
-        timeouts = [a for a in bad if a.error.startswith("timeout")]
-        penalty = dns.query_timeout_s * 1000 if timeouts else HAPPY_EYEBALLS_DELAY_MS
-        evidence = [Evidence(f"IPv6 {a.address}", a.error, "", "dns: TCP connect") for a in bad]
-        evidence.append(Evidence(f"IPv4 {good_v4[0].address}", good_v4[0].connect_ms, "ms", "dns: TCP connect"))
+        working = tr.attempts[len(failed)]
+        stall = tr.fallback_stall_ms
+        timed_out = any(a.outcome == "timeout" for a in failed)
+        if len(failed) == 1:
+            dead = f"{'IPv6' if failed[0].family == 'ipv6' else 'IPv4'} {failed[0].address} does not connect"
+        else:
+            dead = f"{len(failed)} addresses do not connect"
+        evidence = [Evidence(f"{a.family} {a.address}", f"{a.outcome} after {a.ms:,.0f} ms", "", "transport: connect")
+                    for a in failed]
+        evidence.append(Evidence(f"{working.family} {working.address}", round(working.ms, 1), "ms",
+                                 "transport: connect"))
+        evidence.append(Evidence("addresses from", tr.resolver, "", "transport"))
         yield Finding(
-            severity=Severity.WARNING,
-            confidence=Confidence.MEDIUM if timeouts else Confidence.LOW,
-            title=f"{dns.host} has {len(bad)} IPv6 address(es) that do not connect",
+            severity=Severity.WARNING if stall >= WARNING_STALL_MS else Severity.INFO,
+            confidence=Confidence.MEDIUM if timed_out else Confidence.HIGH,
+            title=f"{tr.host}: {dead}: {stall:,.0f} ms stall before {working.address} connects",
             message=(
-                f"{', '.join(a.address for a in bad)} failed ({bad[0].error}) while IPv4 "
-                f"{good_v4[0].address} connects; clients that try IPv6 first lose time on every new connection."
+                "; ".join(_describe(a, tr.attempt_timeout_s) for a in failed)
+                + f". Then {working.address} connected in {working.ms:,.1f} ms. A client that tries addresses "
+                f"in turn (httpx, requests) waits {'at least ' if timed_out else ''}{stall:,.0f} ms on every new "
+                f"connection; a Happy-Eyeballs client about {HAPPY_EYEBALLS_DELAY_MS:.0f} ms per dead address."
             ),
-            impact_ms=penalty,
-            impact_basis="happy-eyeballs delay (250 ms) or connect timeout per new connection",
+            impact_ms=round(stall, 1),
+            impact_basis=("measured connect() stall before a working address, per new connection "
+                          "(clients that try addresses in turn)" + ("; at least: the probe gave up" if timed_out
+                                                                     else "")),
             evidence=tuple(evidence),
             fix=Fix(
-                "Make IPv6 work, drop the AAAA record, or prefer IPv4",
+                "Make every published address work, drop the dead ones, or prefer the working family",
                 (
                     "Have the service (and its load balancer) listen on IPv6, or remove the AAAA records.",
+                    "Remove DNS records of addresses that are gone (old replicas, moved hosts).",
                     "Prefer IPv4 on the client: `precedence ::ffff:0:0/96 100` in /etc/gai.conf.",
                 ),
             ),

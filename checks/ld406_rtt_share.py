@@ -18,10 +18,13 @@ class RttShare(Check):
     """High RTT share: the round trip to the server is a big part of every request.
 
     ## What it checks
-    Measures the round-trip time with raw TCP connections (the median of several,
-    with jitter) and compares it with the median total latency of the minimal
-    "Say ok." request. Fires when the round trip is at least 20% of it and 10 ms
-    or more.
+    Measures the round-trip time as the TCP handshake of several raw connections
+    (the median ``connect()`` time, with jitter): the kernel answers a handshake
+    whatever the server is doing, so a server slow to read or to answer cannot
+    pass for distance. Cross-checked by the quickest request on an open
+    connection (its first byte cannot come back sooner than one round trip).
+    Compares it with the median total latency of the minimal "Say ok." request;
+    fires when the round trip is at least 20% of it and 10 ms or more.
 
     ## Why it adds latency
     Every request pays at least one round trip even on a reused connection; a
@@ -37,7 +40,9 @@ class RttShare(Check):
 
     ## Caveats
     The RTT is measured from this machine: run the doctor where your application
-    runs. A user-space proxy in the path shows up here as RTT (it is on the path).
+    runs. A TCP-terminating proxy or load balancer answers the handshake itself:
+    the round trip is then the one to it, and the distance beyond it shows only
+    as the gap to the quickest warm request (in the evidence).
     """
 
     id = "LD406"
@@ -53,18 +58,24 @@ class RttShare(Check):
             return
         jitter = tr.jitter_ms
         evidence = [
-            Evidence("round-trip time (median)", round(rtt, 1), "ms", "transport"),
+            Evidence("round-trip time (TCP handshake, median)", round(tr.connect_p50_ms or rtt, 1), "ms", "transport"),
             Evidence("baseline total (median)", round(total, 1), "ms", "baseline"),
             Evidence("samples (raw TCP connections)", len(tr.rtt_samples_ms), "", "transport"),
         ]
         if jitter is not None:
             evidence.append(Evidence("jitter (stdev)", round(jitter, 1), "ms", "transport"))
+        if tr.warm_ttfb_ms is not None:
+            evidence.append(Evidence(f"quickest warm request ({tr.warm_request}), first byte",
+                                     round(tr.warm_ttfb_ms, 1), "ms", "probe client"))
+        bounded = (f" (the handshakes took {tr.connect_p50_ms:.0f} ms, but a request on an open connection came "
+                   f"back in {rtt:.0f} ms: that bounds the round trip)") if tr.handshake_contradicted else ""
         yield Finding(
             severity=Severity.WARNING if share >= 0.5 else Severity.INFO,
-            confidence=Confidence.HIGH if jitter is not None and jitter < rtt / 4 else Confidence.MEDIUM,
+            confidence=(Confidence.HIGH if jitter is not None and jitter < rtt / 4 and not tr.handshake_contradicted
+                        else Confidence.MEDIUM),
             title=f"Round trip is {share:.0%} of the minimal request ({rtt:.0f} ms)",
             message=(
-                f"The round trip to {tr.host}:{tr.port} is {rtt:.0f} ms against a {total:.0f} ms "
+                f"The round trip to {tr.host}:{tr.port} is {rtt:.0f} ms{bounded} against a {total:.0f} ms "
                 "minimal request: every request pays it before its first token."
             ),
             cause=Cause.SLOW_NETWORK,

@@ -20,8 +20,9 @@ class NoConnectionReuse(Check):
     Looks at the doctor's own requests (one HTTP client, keep-alive on): how many
     reused a connection, and whether the server answered `Connection: close`.
     Fires when none after the first could reuse one. The cost of a new connection
-    is measured twice: from the requests' own connect+TLS phases, and as one
-    round trip plus a TLS handshake from raw connections; the larger is used.
+    is measured twice: from the requests' own connect+TLS phases, and from raw
+    connections (TCP handshake + TLS handshake + what the server makes a new
+    connection wait before it answers); the larger is used.
 
     ## Why it adds latency
     A new connection costs a TCP handshake (one round trip) and, over https, a TLS
@@ -62,6 +63,9 @@ class NoConnectionReuse(Check):
             Evidence("requests / reused", f"{ka.requests} / {ka.reused}", "", "probe client"),
             Evidence("new connection cost", round(cost, 1), "ms", "transport"),
         ]
+        if tr.new_connection_wait_ms:
+            evidence.append(Evidence("server's wait before answering a new connection",
+                                     round(tr.new_connection_wait_ms, 1), "ms", "transport"))
         if ka.fresh_total_p50_ms is not None:
             evidence.append(Evidence("median total, new connection", ka.fresh_total_p50_ms, "ms", "probe client"))
         if ka.reused_total_p50_ms is not None:

@@ -359,7 +359,8 @@ class Context:
         if self.on_probe:
             self.on_probe(name, spec.description)
         started = time.perf_counter()
-        self._readers.append(_Reader(name, frozenset((*spec.needs, *spec.optional)), frozenset(spec.orders), False))
+        allowed = frozenset((*spec.needs, *spec.optional_under(self.options)))
+        self._readers.append(_Reader(name, allowed, frozenset(spec.orders), False))
         try:
             value = spec.resolve_function()(self)
         except ProbeUnavailable as exc:

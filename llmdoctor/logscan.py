@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO
 
+from llmdoctor.logstats import READY, START_MARKER, EngineStats, parse_stats_line, stamp_seconds
 from llmdoctor.redact import MASK
 
 __all__ = [
@@ -99,6 +100,9 @@ GATE_ANCHORS: tuple[bytes, ...] = (
     b"started in",  # Ollama: llama runner started in 0.25 seconds
     b"model loaded",  # llama.cpp: main: model loaded
     b"load_duration",  # Ollama API / JSON logs: load_duration (ns)
+    b'" 400',  # uvicorn access line of a rejected request: "POST /v1/chat/completions HTTP/1.1" 400
+    b"non-default args",  # vLLM: first line of a start (0.32: api_utils.py)
+    b"vLLM ",  # vLLM: Starting vLLM [API ]server [N] on http://... (ready); older: vLLM API server version X
     b"Traceback (most recent call last)",
 )
 _TRACEBACK = b"Traceback (most recent call last)"
@@ -215,6 +219,10 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"|Token indices sequence length is longer than the specified maximum"
         r"|`inputs` tokens \+ `max_new_tokens` must be <=|`inputs` must have less than \d+ tokens"
         r"|is longer than the model's context length|exceed(?:s)? context window")),
+    # vLLM 0.32 logs a prompt over --max-model-len only as uvicorn's access line (its error goes to the
+    # client alone: fixtures/vllm/requests.log); other invalid requests look the same, so LD209 says so.
+    (CONTEXT_OVERFLOW, "http-400", re.compile(
+        r'"POST /v1/(?:chat/completions|completions|responses)\S* HTTP/[\d.]+" 400\b')),
     (MODEL_LOAD, "load", re.compile(
         r"Loading weights took|Model loading took|init engine \(.*\) took|Shard ready in"
         r"|Warming up model|llama runner started in|main: model loaded|\bload_duration\b")),
@@ -331,6 +339,7 @@ class LoadDuration:
     file: str
     line: int
     timestamp: str | None = None
+    started: str | None = None  # stage "startup": the timestamp of the start's first line
 
 
 @dataclass
@@ -356,6 +365,7 @@ class LogScan:
     backends: dict[str, int] = field(default_factory=dict)
     since: str | None = None
     skipped_before_since: int = 0
+    engine_stats: EngineStats = field(default_factory=EngineStats)
 
     @property
     def files_read(self) -> int:
@@ -388,9 +398,11 @@ class LogScan:
     def cold_start(self) -> tuple[float, str, LoadDuration] | None:
         """The longest start-up the logs report: ``(seconds, how it was added up, last entry)``.
 
-        vLLM: model loading (else weight loading) plus engine init (profiling, KV cache,
-        warm-up), each the last reported; TGI: the slowest shard; Ollama: runner start or
-        ``load_duration``; llama.cpp: elapsed time at ``main: model loaded``.
+        vLLM: from the first line of its last start to "Starting vLLM server on" (by the log's
+        timestamps; the imports before the first line are not in it), else model loading (else
+        weight loading) plus engine init (profiling, KV cache, warm-up), each the last reported;
+        TGI: the slowest shard; Ollama: runner start or ``load_duration``; llama.cpp: elapsed time
+        at ``main: model loaded``.
         """
         best: tuple[float, str, LoadDuration] | None = None
         by_stage: dict[tuple[str, str], LoadDuration] = {}
@@ -402,10 +414,14 @@ class LogScan:
         candidates: list[tuple[float, str, LoadDuration]] = []
         load = by_stage.get(("vllm", "model_load")) or by_stage.get(("vllm", "weights"))
         init = by_stage.get(("vllm", "engine_init"))
-        if load or init:
-            parts = [d for d in (load, init) if d is not None]
-            basis = " + ".join(f"{d.stage.replace('_', ' ')} {d.seconds:.1f} s" for d in parts)
-            candidates.append((sum(d.seconds for d in parts), basis, parts[-1]))
+        parts = [d for d in (load, init) if d is not None]
+        stages = " + ".join(f"{d.stage.replace('_', ' ')} {d.seconds:.1f} s" for d in parts)
+        span = by_stage.get(("vllm", "startup"))
+        if span is not None:
+            basis = f"log {span.started} → ready {span.timestamp}: {span.seconds:.0f} s"
+            candidates.append((span.seconds, basis + (f", of which {stages}" if stages else ""), span))
+        elif parts:
+            candidates.append((sum(d.seconds for d in parts), stages, parts[-1]))
         for (backend, stage), d in by_stage.items():
             if backend != "vllm":
                 candidates.append((d.seconds, f"{backend} {stage.replace('_', ' ')} {d.seconds:.1f} s", d))
@@ -467,6 +483,8 @@ class LogScanner:
         self._since = since
         self._since_filter = since_filter
         self._skipped = 0
+        self._engine_stats = EngineStats()
+        self._start_marks: dict[str, tuple[str, int]] = {}  # file -> (stamp, line) of a start's first line
 
     # -- public ---------------------------------------------------------------------------
     def scan_stream(self, stream: IO[bytes], name: str) -> LogFile:
@@ -543,6 +561,7 @@ class LogScanner:
             backends=dict(self._backends),
             since=self._since,
             skipped_before_since=self._skipped,
+            engine_stats=self._engine_stats,
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -614,10 +633,36 @@ class LogScanner:
 
     def _line(self, raw: str, lineno: int, name: str) -> None:
         text, stamp = clean_line(raw)
+        if self._engine_line(text, stamp, lineno, name):
+            return
         found = classify_line(text)
         if found is None:
             return
         self._record(found[0], found[1], text, raw, lineno, name, stamp)
+
+    def _engine_line(self, text: str, stamp: str | None, lineno: int, name: str) -> bool:
+        """vLLM's stats lines and start-up markers (llmdoctor/logstats.py); True when `text` was one."""
+        # Stats lines come through the gate only when they report preemptions ("reempt"): the others are
+        # one line in eight of a busy vLLM log, and /metrics has their gauges (llmdoctor/logstats.py).
+        stats = parse_stats_line(text) if "Preemptions: " in text else None
+        start = stats is None and START_MARKER.search(text) is not None
+        ready = READY.search(text) if stats is None and not start and "Starting vLLM" in text else None
+        if stats is None and not start and ready is None:
+            return False
+        if stamp and self._since_filter is not None and not self._since_filter(stamp):  # type: ignore[operator]
+            return True
+        self._backends["vllm"] = self._backends.get("vllm", 0) + 1
+        shown = mask_secrets(text.strip())[:MAX_LINE_CHARS]
+        if stats is not None:
+            self._engine_stats.add(stats, f"{name}:{lineno}", shown, stamp)
+        elif start:
+            self._start_marks.setdefault(name, (stamp or "", lineno))
+        else:
+            mark = self._start_marks.pop(name, None)
+            began, ended = stamp_seconds(mark[0] if mark else None), stamp_seconds(stamp)
+            if mark and began is not None and ended is not None and ended >= began:
+                self._loads.append(LoadDuration("vllm", "startup", ended - began, name, lineno, stamp, mark[0]))
+        return True
 
     def _record(self, cls: str, kind: str, text: str, raw: str, lineno: int, name: str, stamp: str | None) -> None:
         if stamp and self._since_filter is not None and not self._since_filter(stamp):  # type: ignore[operator]

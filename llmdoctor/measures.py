@@ -3,7 +3,7 @@
 The gate's metrics are read from the baseline and sweep measurements and shared by the SLO check
 (LD710), the regression check (LD711) and the side-by-side comparison: one place says what
 "ttft_p90" or "fixed cost" means. The cold-start penalty is shared by LD301, LD302 and the
-differential diagnosis.
+differential diagnosis, and the noise it must beat to count by LD301 and LD302.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from llmdoctor.probes.baseline import BaselineResult, SweepResult
 from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
 from llmdoctor.stats import fit_line, percentile
 
-__all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "cold_start_penalty_ms",
-           "REGRESSION_METRICS"]
+__all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "cold_start_noise_ms",
+           "cold_start_penalty_ms", "MIN_COLD_START_PENALTY_MS", "REGRESSION_METRICS"]
 
 # Metrics compared between a baseline file and this run, with what they are.
 REGRESSION_METRICS: dict[str, str] = {
@@ -28,6 +28,18 @@ REGRESSION_METRICS: dict[str, str] = {
     "fixed_cost": "fixed cost per request (flat-latency fit)",
     "per_token": "cost per output token (flat-latency fit)",
 }
+
+
+#: A cold-start penalty counts only beyond this floor (and beyond the warm samples' noise).
+MIN_COLD_START_PENALTY_MS = 100.0
+
+
+def cold_start_noise_ms(warm_p50_ms: float, warm_p90_ms: float) -> float:
+    """The largest first-request penalty the warm samples explain: 100 ms, the warm median, or 3 × (p90 - p50).
+
+    A `cold_start_penalty_ms` below it is no evidence of a cold start (LD301 and LD302 both read it so).
+    """
+    return max(MIN_COLD_START_PENALTY_MS, warm_p50_ms, 3 * (warm_p90_ms - warm_p50_ms))
 
 
 def cold_start_penalty_ms(first_ttft_ms: float, first_setup_ms: float, warm_ttft_ms: float) -> float:

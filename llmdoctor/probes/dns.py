@@ -6,11 +6,13 @@ Measures what a new connection pays to find the endpoint:
 - each configured DNS server (``/etc/resolv.conf``, or ``Options.network.dns_server``: ``IP[:PORT]``,
   several separated by commas, tried in order like resolv.conf), for A and AAAA: time, answers,
   TTL, response code, or a timeout;
-- ``/etc/hosts`` overrides of the name;
-- whether each resolved address accepts a TCP connection on the endpoint's port (an AAAA answer
-  that does not connect costs a happy-eyeballs fallback on every new connection).
+- ``/etc/hosts`` overrides of the name.
 
-Every query and every connect has a timeout. An IP-literal endpoint skips resolution.
+Whether the resolved addresses connect (and what a dead one costs) is the transport probe's
+job: it tries them in Happy-Eyeballs order and times each failure. Connecting here too would
+disturb that measurement (a neighbour-discovery stall already under way ends sooner).
+
+Every query has a timeout. An IP-literal endpoint skips resolution.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
     from llmdoctor.context import Context
 
 __all__ = [
-    "AddressCheck",
     "DnsQuery",
     "DnsResult",
     "ResolverTiming",
@@ -44,10 +45,8 @@ HOSTS_FILE = "/etc/hosts"
 # glibc's defaults when resolv.conf sets no "options timeout:/attempts:".
 GLIBC_TIMEOUT_S = 5.0
 GLIBC_ATTEMPTS = 2
-# The probe's own limits: never wait longer than this for one query or one connect.
+# The probe's own limit: never wait longer than this for one query.
 QUERY_TIMEOUT_S = 2.0
-CONNECT_TIMEOUT_S = 1.0
-MAX_ADDRESSES_PER_FAMILY = 4
 
 
 @dataclass
@@ -93,21 +92,6 @@ class ResolverTiming:
 
 
 @dataclass
-class AddressCheck:
-    """Whether one resolved address accepts a TCP connection on the endpoint's port."""
-
-    address: str
-    family: str
-    connect_ms: float | None = None
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """The connect succeeded."""
-        return not self.error and self.connect_ms is not None
-
-
-@dataclass
 class DnsResult:
     """How the endpoint's host name resolves, and how long it takes."""
 
@@ -123,7 +107,6 @@ class DnsResult:
     resolver_timeout_s: float = GLIBC_TIMEOUT_S
     resolver_attempts: int = GLIBC_ATTEMPTS
     query_timeout_s: float = QUERY_TIMEOUT_S
-    addresses: list[AddressCheck] = field(default_factory=list)
     queries_sent: int = 0
 
     @property
@@ -174,11 +157,6 @@ class DnsResult:
         """Shortest TTL among the answers (a short TTL means repeated lookups)."""
         ttls = [q.ttl for r in self.resolvers for q in r.queries if q.ttl is not None]
         return min(ttls) if ttls else None
-
-    @property
-    def unreachable_ipv6(self) -> list[AddressCheck]:
-        """IPv6 addresses of the host that do not accept a connection."""
-        return [a for a in self.addresses if a.family == "ipv6" and not a.ok]
 
 
 def is_ip_literal(host: str) -> bool:
@@ -312,24 +290,6 @@ def _query(host: str, rdtype: str, server: str, port: int, timeout_s: float) -> 
     return result
 
 
-def _connect(address: str, port: int, timeout_s: float) -> AddressCheck:
-    family = "ipv6" if ":" in address else "ipv4"
-    check = AddressCheck(address=address, family=family)
-    sock = socket.socket(socket.AF_INET6 if family == "ipv6" else socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    started = time.perf_counter()
-    try:
-        sock.connect((address, port))
-        check.connect_ms = (time.perf_counter() - started) * 1000
-    except TimeoutError:
-        check.error = f"timeout after {timeout_s:g} s"
-    except OSError as exc:
-        check.error = exc.strerror or type(exc).__name__
-    finally:
-        sock.close()
-    return check
-
-
 def _servers(ctx: Context, result: DnsResult) -> list[tuple[str, int, str]]:
     if ctx.options.network.dns_server:
         result.explicit_servers = True
@@ -346,7 +306,7 @@ def _servers(ctx: Context, result: DnsResult) -> list[tuple[str, int, str]]:
 
 
 def resolve(ctx: Context) -> DnsResult:
-    """Time the system resolver and each DNS server on the endpoint's host; test its addresses."""
+    """Time the system resolver and each DNS server on the endpoint's host."""
     from concurrent.futures import ThreadPoolExecutor  # here: it costs start-up time
 
     from llmdoctor.context import ProbeUnavailable
@@ -379,17 +339,5 @@ def resolve(ctx: Context) -> DnsResult:
         if timing.ok and not result.explicit_servers:
             break  # a client stops at the first server that answers
 
-    addresses: list[str] = list(result.hosts_file_addresses or result.system_addresses)
-    working = result.working_resolver
-    if working is not None:
-        addresses += [a for q in working.queries for a in q.answers]
-    by_family: dict[str, list[str]] = {"ipv4": [], "ipv6": []}
-    for addr in dict.fromkeys(addresses):
-        if is_ip_literal(addr):
-            by_family["ipv6" if ":" in addr else "ipv4"].append(addr)
-    connect_timeout = min(CONNECT_TIMEOUT_S, ctx.options.request.timeout_s)
-    for family_addresses in by_family.values():
-        for addr in family_addresses[:MAX_ADDRESSES_PER_FAMILY]:
-            result.addresses.append(_connect(addr, port, ctx.cap_timeout(connect_timeout)))
     return result
 

@@ -1,9 +1,11 @@
 """CPU, memory and the serving process on this machine (probe ``host``, local).
 
-Meaningful when the doctor runs on the server host: CPU saturation sampled
-over half a second, RAM and swap pressure, and the inference server's process
-(``--pid``, or found by name) with its RSS, threads, open files and uptime;
-a young process is cold-start evidence.
+This machine is always the client's (llmdoctor runs here), and the server's too when the
+endpoint is local and its process is found: CPU saturation sampled over half a second, the
+processes that used the CPU in that window (llmdoctor's own process marked as such, never
+taken for the server), RAM and swap pressure, and the inference server's process (``--pid``,
+or the local endpoint's listener, or found by name) with its RSS, threads, open files and
+uptime; a young process is cold-start evidence.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
 
     from llmdoctor.context import Context
 
-__all__ = ["HostResult", "ProcessInfo", "SERVER_PATTERNS", "find_server_process", "host", "describe_process"]
+__all__ = ["CpuConsumer", "HostResult", "ProcessInfo", "SERVER_PATTERNS", "describe_process", "find_server_process",
+           "host"]
 
 # How inference servers show up in a process list: (label, regex over "name cmdline").
 SERVER_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -32,6 +35,8 @@ SERVER_PATTERNS: tuple[tuple[str, str], ...] = (
     ("ollama", r"(^|/)ollama\b.*\b(serve|runner)\b|^ollama$"),
 )
 _SECRET_FLAG = re.compile(r"(key|token|secret|password)", re.IGNORECASE)
+CPU_SAMPLE_S = 0.5
+TOP_CONSUMERS = 5
 
 
 @dataclass
@@ -51,8 +56,21 @@ class ProcessInfo:
 
 
 @dataclass
+class CpuConsumer:
+    """A process that used CPU while the host probe sampled it."""
+
+    pid: int
+    name: str
+    #: Of one core over the sample (psutil's convention: 200 = two cores fully busy).
+    cpu_percent: float
+    cmdline: str = ""
+    #: "llmdoctor" (this run's own process), "server" (the endpoint's process), or "".
+    role: str = ""
+
+
+@dataclass
 class HostResult:
-    """This machine's load, and the serving process if found."""
+    """This machine's load, whose processes made it, and the serving process if found."""
 
     cpu_count: int
     cpu_percent: float
@@ -70,6 +88,14 @@ class HostResult:
     server_process: ProcessInfo | None = None
     process_source: str = ""
     note: str = ""
+    #: The processes that used the most CPU in the sample, busiest first (llmdoctor's own included).
+    top_processes: list[CpuConsumer] = field(default_factory=list)
+    #: llmdoctor's own process (this run), and its share of one core in the sample.
+    self_pid: int | None = None
+    self_cpu_percent: float | None = None
+    #: The local endpoint is served from inside llmdoctor's own process (the embedded simulator).
+    served_by_self: bool = False
+    sample_s: float = CPU_SAMPLE_S
 
     @property
     def mem_available_fraction(self) -> float | None:
@@ -94,6 +120,22 @@ def _mask_cmdline(args: list[str]) -> str:
     return " ".join(out)[:300]
 
 
+def _age_s(pid: int) -> float | None:
+    """How long ago the process started, to the clock tick (Linux), or None where /proc cannot tell.
+
+    psutil's create_time adds the boot time, which /proc/stat gives in whole seconds: up to a
+    second early, too coarse to tell whether a server started before or after our first request.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def describe_process(proc: psutil.Process, kind: str = "") -> ProcessInfo:
     """Snapshot a psutil.Process (fields it may not read are None)."""
     import psutil
@@ -112,13 +154,51 @@ def describe_process(proc: psutil.Process, kind: str = "") -> ProcessInfo:
                 setattr(info, attr, call())
             except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 pass
-    if info.started_at is not None:
+    age = _age_s(proc.pid)
+    if age is not None:
+        info.uptime_s, info.started_at = age, time.time() - age
+    elif info.started_at is not None:
         info.uptime_s = max(0.0, time.time() - info.started_at)
     try:
         info.cpu_percent = proc.cpu_percent(interval=None)
     except (psutil.Error, OSError):
         pass
     return info
+
+
+def _prime_cpu_counters() -> dict[int, psutil.Process]:
+    """Every visible process, its CPU counter primed: the next cpu_percent() covers the window from now."""
+    import psutil
+
+    procs: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["name"]):
+        try:
+            proc.cpu_percent(interval=None)
+        except (psutil.Error, OSError):
+            continue
+        procs[proc.pid] = proc
+    return procs
+
+
+def _cpu_consumers(procs: dict[int, psutil.Process], server_pid: int | None) -> list[CpuConsumer]:
+    """The processes' CPU use since `_prime_cpu_counters`, busiest first (those that used some, ours, the server)."""
+    import psutil
+
+    own = os.getpid()
+    out: list[CpuConsumer] = []
+    for pid, proc in procs.items():
+        try:
+            used = proc.cpu_percent(interval=None)
+            if used <= 0.0 and pid not in (own, server_pid):
+                continue
+            name = proc.info.get("name") or proc.name()
+            cmdline = _mask_cmdline(proc.cmdline())[:120]
+        except (psutil.Error, OSError):
+            continue
+        role = "llmdoctor" if pid == own else "server" if pid == server_pid else ""
+        out.append(CpuConsumer(pid=pid, name=name, cpu_percent=round(used, 1), cmdline=cmdline, role=role))
+    out.sort(key=lambda c: c.cpu_percent, reverse=True)
+    return out
 
 
 def _kind(text: str) -> str | None:
@@ -190,13 +270,16 @@ def _is_local(host: str) -> bool | None:
 
 
 def host(ctx: Context) -> HostResult:
-    """Probe: CPU, RAM and swap of this machine, and the serving process."""
+    """Probe: CPU, RAM and swap of this machine, the processes using its CPU, and the serving process."""
     import psutil
 
     from llmdoctor.context import ProbeUnavailable
 
     found = None
     source = ""
+    served_by_self = False
+    if ctx.options.evidence.pid is not None and ctx.options.evidence.pid == os.getpid():
+        raise ProbeUnavailable(f"--pid {ctx.options.evidence.pid} is llmdoctor's own process, not the server")
     if ctx.options.evidence.pid is not None:
         try:
             found = (psutil.Process(ctx.options.evidence.pid), "")
@@ -208,11 +291,13 @@ def host(ctx: Context) -> HostResult:
         # server is never guessed from local process names.
         found = find_server_process(ctx.target.port)
         if found is not None and found[0].pid == os.getpid():
-            found = None  # the endpoint is served from inside llmdoctor (the embedded simulator)
+            found, served_by_self = None, True  # served from inside llmdoctor (the embedded simulator)
         source = "port or name" if found else ""
     if found is not None:
         found[0].cpu_percent(interval=None)  # primes the per-process counter for the window below
-    per_cpu = psutil.cpu_percent(interval=0.5, percpu=True)
+    procs = _prime_cpu_counters()
+    per_cpu = psutil.cpu_percent(interval=CPU_SAMPLE_S, percpu=True)
+    consumers = _cpu_consumers(procs, found[0].pid if found is not None else None)
     mem, swap = psutil.virtual_memory(), psutil.swap_memory()
     try:
         load = list(psutil.getloadavg())
@@ -233,6 +318,11 @@ def host(ctx: Context) -> HostResult:
         swapped_out_bytes=getattr(swap, "sout", 0),
         target_is_local=_is_local(ctx.target.host) if ctx.target else None,
         process_source=source,
+        top_processes=[c for c in consumers[:TOP_CONSUMERS]] + [
+            c for c in consumers[TOP_CONSUMERS:] if c.role],  # llmdoctor and the server always listed
+        self_pid=os.getpid(),
+        self_cpu_percent=next((c.cpu_percent for c in consumers if c.role == "llmdoctor"), None),
+        served_by_self=served_by_self,
     )
     if found is not None:
         try:

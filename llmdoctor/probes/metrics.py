@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from llmdoctor.context import Context
 
 __all__ = [
+    "GENERATION_ROUTES",
     "Histogram",
+    "KvCacheInfo",
     "LoadedModel",
     "MetricsDelta",
     "ServerMetrics",
     "ServerMetricsResult",
     "fetch_text",
+    "metrics_delta",
     "normalize",
     "parse_ollama_ps",
     "parse_samples",
@@ -52,6 +55,28 @@ class Histogram:
     def mean_ms(self) -> float | None:
         """Mean observation in milliseconds, None when empty."""
         return self.sum / self.count * 1000 if self.count > 0 else None
+
+
+@dataclass
+class KvCacheInfo:
+    """The KV cache as the server describes it (vLLM's ``vllm:cache_config_info`` labels); None = not given."""
+
+    block_size: int | None = None
+    num_blocks: int | None = None
+    num_blocks_override: int | None = None
+    size_tokens: int | None = None
+    memory_bytes: int | None = None
+    max_concurrency: float | None = None
+    prefix_caching: bool | None = None
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        """Tokens the cache holds: the exported size, else blocks x block size."""
+        if self.size_tokens is not None:
+            return self.size_tokens
+        if self.num_blocks is not None and self.block_size is not None:
+            return self.num_blocks * self.block_size
+        return None
 
 
 @dataclass
@@ -101,6 +126,12 @@ class ServerMetrics:
     startup_s: float | None = None
     slots_total: int | None = None
     slots_busy: int | None = None
+    inter_token: Histogram | None = None
+    request_preemptions: Histogram | None = None
+    waiting_by_reason: dict[str, float] | None = None
+    finished: dict[str, float] | None = None
+    rejected_4xx: float | None = None
+    kv_cache: KvCacheInfo | None = None
     models: list[LoadedModel] | None = None
     model_names: list[str] = field(default_factory=list)
     samples: dict[str, float] = field(default_factory=dict)
@@ -125,7 +156,11 @@ class MetricsDelta:
     prefill_ms: float | None = None
     decode_ms: float | None = None
     e2e_ms: float | None = None
+    inter_token_ms: float | None = None
     preemptions: float | None = None
+    preempted_per_request: float | None = None
+    finished: dict[str, float] | None = None
+    rejected_4xx: float | None = None
     counter_reset: bool = False
 
 
@@ -215,6 +250,59 @@ def _histogram(samples: Samples, names: tuple[str, ...]) -> Histogram | None:
     return None
 
 
+def _by_label(samples: Samples, names: tuple[str, ...], label: str) -> dict[str, float] | None:
+    """A labelled series summed per value of `label` (other labels folded), first name present."""
+    for name in names:
+        if name in samples:
+            out: dict[str, float] = {}
+            for labels, value in samples[name]:
+                if label in labels and not math.isnan(value):
+                    out[labels[label]] = out.get(labels[label], 0.0) + value
+            return out
+    return None
+
+
+def _int_label(labels: dict[str, str], key: str) -> int | None:
+    try:
+        return int(float(labels[key]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _kv_cache_info(samples: Samples, names: tuple[str, ...]) -> KvCacheInfo | None:
+    """vLLM's ``cache_config_info`` labels (0.32: ``kv_cache_size_tokens``, ``kv_cache_memory_bytes``)."""
+    for name in names:
+        for labels, _ in samples.get(name, []):
+            try:
+                concurrency: float | None = float(labels.get("kv_cache_max_concurrency", ""))
+            except ValueError:
+                concurrency = None
+            prefix = labels.get("enable_prefix_caching")
+            return KvCacheInfo(
+                block_size=_int_label(labels, "block_size"),
+                num_blocks=_int_label(labels, "num_gpu_blocks"),
+                num_blocks_override=_int_label(labels, "num_gpu_blocks_override"),
+                size_tokens=_int_label(labels, "kv_cache_size_tokens"),
+                memory_bytes=_int_label(labels, "kv_cache_memory_bytes"),
+                max_concurrency=concurrency,
+                prefix_caching=None if prefix is None else prefix == "True",
+            )
+    return None
+
+
+# Routes whose 4xx answers are rejected generation requests (prometheus-fastapi-instrumentator's
+# ``http_requests_total{handler,status="4xx"}``, which vLLM's API server exports: a prompt over
+# --max-model-len is a 400 that never reaches the engine, so no vllm: counter moves for it).
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+
+
+def _rejected_4xx(samples: Samples) -> float | None:
+    series = samples.get("http_requests_total")
+    if not series:
+        return None
+    return sum((v for lab, v in series if lab.get("handler") in GENERATION_ROUTES and lab.get("status") == "4xx"), 0.0)
+
+
 def _sleeping(samples: Samples) -> bool | None:
     series = samples.get("vllm:engine_sleep_state")
     if not series:
@@ -232,6 +320,7 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
     metrics = ServerMetrics(backend=name or "unknown", url=url, scraped_at=time.time())
     start = _gauge(samples, ("process_start_time_seconds",), "max")
     metrics.process_start_time = start
+    metrics.rejected_4xx = _rejected_4xx(samples)
     if name is None:
         return metrics
     b: Backend = BACKENDS[name]
@@ -249,11 +338,17 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
     metrics.prefill_time = _histogram(samples, b.prefill_time)
     metrics.decode_time = _histogram(samples, b.decode_time)
     metrics.e2e = _histogram(samples, b.e2e)
+    metrics.inter_token = _histogram(samples, b.inter_token)
+    metrics.request_preemptions = _histogram(samples, b.request_preemptions)
+    metrics.waiting_by_reason = _by_label(samples, b.waiting_by_reason, "reason")
+    metrics.finished = _by_label(samples, b.finished, b.finished_label)
+    metrics.kv_cache = _kv_cache_info(samples, b.cache_info)
     models = {lab["model_name"] for series in samples.values() for lab, _ in series if "model_name" in lab}
     metrics.model_names = sorted(models)
-    wanted = {n for group in (b.running, b.waiting, b.kv_usage, b.preemptions, b.retracted,
-                              b.prefix_hits, b.prefix_queries, b.startup_s, b.extra) for n in group}
-    for hist in (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e):
+    wanted = {n for group in (b.running, b.waiting, b.kv_usage, b.preemptions, b.retracted, b.prefix_hits,
+                              b.prefix_queries, b.startup_s, b.waiting_by_reason, b.finished, b.extra) for n in group}
+    for hist in (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inter_token,
+                 *b.request_preemptions):
         wanted |= {hist + "_sum", hist + "_count"}
     for sample_name in sorted(wanted & samples.keys()):
         for labels, value in samples[sample_name]:
@@ -340,9 +435,10 @@ def _scrape(ctx: Context, url: str, native: str | None) -> tuple[ServerMetrics |
     return metrics, ""
 
 
-def _delta(before: ServerMetrics, after: ServerMetrics, our_requests: int) -> MetricsDelta:
+def metrics_delta(before: ServerMetrics, after: ServerMetrics, our_requests: int) -> MetricsDelta:
+    """What changed between two scrapes of one server (counter resets and restarts flagged)."""
     delta = MetricsDelta(seconds=max(0.0, after.scraped_at - before.scraped_at), our_requests=our_requests)
-    for attr in ("ttft", "queue_time", "prefill_time", "decode_time", "e2e"):
+    for attr in ("ttft", "queue_time", "prefill_time", "decode_time", "e2e", "inter_token", "request_preemptions"):
         a, b = getattr(before, attr), getattr(after, attr)
         if a is None or b is None:
             continue
@@ -350,10 +446,23 @@ def _delta(before: ServerMetrics, after: ServerMetrics, our_requests: int) -> Me
             delta.counter_reset = True
             continue
         d = Histogram(sum=b.sum - a.sum, count=b.count - a.count)
+        if attr == "request_preemptions":  # not a time: preemptions per request finished in between
+            delta.preempted_per_request = d.sum / d.count if d.count > 0 else None
+            continue
         short = {"queue_time": "queue", "prefill_time": "prefill", "decode_time": "decode"}.get(attr, attr)
         setattr(delta, f"{short}_ms", d.mean_ms)
         if delta.requests is None and attr in ("ttft", "e2e", "queue_time"):
             delta.requests = d.count
+    if before.finished is not None and after.finished is not None:
+        moved = {k: v - before.finished.get(k, 0.0) for k, v in after.finished.items()}
+        if any(v < 0 for v in moved.values()):
+            delta.counter_reset = True
+        else:
+            delta.finished = {k: v for k, v in moved.items() if v > 0}
+    if before.rejected_4xx is not None and after.rejected_4xx is not None:
+        diff = after.rejected_4xx - before.rejected_4xx
+        delta.counter_reset |= diff < 0
+        delta.rejected_4xx = diff if diff >= 0 else None
     if before.preemptions_total is not None and after.preemptions_total is not None:
         diff = after.preemptions_total - before.preemptions_total
         delta.counter_reset |= diff < 0
@@ -404,7 +513,7 @@ def server_metrics(ctx: Context) -> ServerMetricsResult:
         notes.append(f"second scrape failed: {why_after}")
         return ServerMetricsResult(before.backend, url, before, notes=notes)
     ours = len(baseline.samples) + len(baseline.warmup) if baseline is not None else 0
-    result = ServerMetricsResult(before.backend, url, before, after, _delta(before, after, ours), notes)
+    result = ServerMetricsResult(before.backend, url, before, after, metrics_delta(before, after, ours), notes)
     if baseline is None:
         notes.append("baseline unavailable: the delta holds no requests of ours")
     return result

