@@ -136,6 +136,15 @@ def test_a_ca_bundle_that_does_not_load_is_a_usage_error(capsys: pytest.CaptureF
     _usage_error(run_cli(capsys, *args), "CA bundle")
 
 
+@pytest.mark.parametrize(("host", "fragment"), [("256.1.1.1", "not a valid IPv4 address"),
+                                              ("☃.net", "not a valid international host name"),
+                                              ("nosuch.invalid", "cannot listen there")])
+def test_serve_sim_on_a_host_it_cannot_bind_is_a_usage_error(capsys: pytest.CaptureFixture[str], host: str,
+                                                             fragment: str) -> None:
+    """`serve-sim --host 256.1.1.1` was an internal error (gaierror from the bind)."""
+    _usage_error(run_cli(capsys, "serve-sim", "--host", host, "--port", "0"), fragment)
+
+
 # -- --dry-run sends nothing ----------------------------------------------------------------------
 
 def test_dry_run_sends_nothing_with_watch_or_endpoints(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -158,6 +167,20 @@ def test_request_files_are_read_within_the_deadline(capsys: pytest.CaptureFixtur
     os.mkfifo(fifo)
     result = run_cli(capsys, "check", "-e", refusing, "--request", str(fifo), "--deadline", "1")
     _usage_error(result, "--deadline 1 s reached while reading --request")
+
+
+def test_an_idle_test_longer_than_the_deadline_is_not_started(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--idle-test 3600 --deadline 4` slept the full hour; the wait that cannot fit is not begun."""
+    import time
+
+    with SimServer(get_profile("healthy")) as server:
+        started = time.monotonic()
+        result = run_cli(capsys, "check", "-e", server.url, "--select", "LD304", "--samples", "2",
+                         "--idle-test", "3600", "--deadline", "4", "--json")
+        took = time.monotonic() - started
+    assert took < 4 + 4, took
+    (ld304,) = [c for c in result.report["checks"] if c["check_id"] == "LD304"]
+    assert ld304["status"] == "skipped" and "deadline reached" in ld304["reason"], ld304
 
 
 @pytest.mark.parametrize(("flag", "kind"), [("--request", "fifo"), ("--endpoints", "fifo"), ("--request", "device"),

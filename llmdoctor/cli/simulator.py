@@ -68,6 +68,7 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
     """Serve the OpenAI-compatible simulator (real SSE streaming, injectable latency and faults)."""
     from llmdoctor.sim.profiles import PROFILES, get_profile
     from llmdoctor.sim.server import SimServer, serve_forever
+    from llmdoctor.target import TargetError, check_host
 
     if list_profiles:
         for name, p in PROFILES.items():
@@ -77,8 +78,15 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
         sim_profile = get_profile(profile)
     except KeyError as exc:
         raise UsageProblem(str(exc.args[0]) if exc.args else f"unknown profile {profile!r}") from None
+    try:
+        check_host(host, "--host")
+    except TargetError as exc:
+        raise UsageProblem(str(exc)) from None
 
     def ready(server: SimServer) -> None:
         click.echo(f"llmdoctor simulator '{profile}' serving {server.base_url} (Ctrl-C to stop)", err=True)
 
-    serve_forever(sim_profile, host, port, ready_callback=ready)
+    try:
+        serve_forever(sim_profile, host, port, ready_callback=ready)
+    except OSError as exc:  # the bind: a name that does not resolve, an address not ours, a port in use
+        raise UsageProblem(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
