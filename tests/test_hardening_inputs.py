@@ -73,6 +73,19 @@ def test_an_unusable_endpoint_url_is_a_usage_error_not_an_endpoint_failure(
     _usage_error(run_cli(capsys, "check", "-e", endpoint, "--select", "LD001"), fragment)
 
 
+@pytest.mark.parametrize(("flag", "url", "fragment"), [
+    ("--push-gateway", "http://☃.net", "not a valid international host name"),
+    ("--push-gateway", "http://256.1.1.1:9091", "not a valid IPv4 address"),
+    ("--push-gateway", f"http://u:{CANARY}@127.0.0.1:0/", "port 0"),
+    ("--metrics-url", "http://☃.net/metrics", "not a valid international host name"),
+    ("--gpu-metrics-url", f"http://127.0.0.1:0/metrics?token={CANARY}", "port 0"),
+])
+def test_an_unusable_metrics_or_push_url_is_a_usage_error(capsys: pytest.CaptureFixture[str], refusing: str,
+                                                          flag: str, url: str, fragment: str) -> None:
+    """`--push-gateway http://☃.net` was an internal error (UnicodeEncodeError) after the whole run."""
+    _usage_error(run_cli(capsys, "check", "-e", refusing, "--select", "LD001", flag, url), fragment)
+
+
 @pytest.mark.parametrize(("header", "fragment"), [
     ("Bad Name: x", "not a valid header name"),
     ("X-Api-Key: €x" + CANARY, "U+20AC"),
