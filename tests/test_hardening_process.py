@@ -94,15 +94,32 @@ COMMANDS = {
     "checks": (["checks"], 0),
     "explain": (["explain", "LD001"], 0),
     "help": (["--help"], 0),
+    "version": (["--version"], 0),
     "dry-run": (["check", "-e", "http://127.0.0.1:{port}", "--dry-run"], 0),
+    "serve-sim --list": (["serve-sim", "--list"], 0),
+    "replay": (["replay", "{recording}"], None),  # the recording's own verdict, read with an open stdout
+    "replay --json": (["replay", "{recording}", "--json"], None),
 }
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.cliutil import record_sim_run
+
+    path: Path = record_sim_run(tmp_path_factory.mktemp("rec") / "rec.json", "demo", ["LD001", "LD3", "LD701"])
+    return path
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 @pytest.mark.parametrize("stdout", ["closed", "full"])
-def test_a_closed_or_full_stdout_keeps_the_exit_code(name: str, stdout: str) -> None:
+def test_a_closed_or_full_stdout_keeps_the_exit_code(name: str, stdout: str, recording: Path) -> None:
     args, code = COMMANDS[name]
-    args = [a.format(port=unused_port()) for a in args]
+    args = [a.format(port=unused_port(), recording=recording) for a in args]
+    if code is None:
+        ref = _spawn(*args)
+        ref.communicate(timeout=60)
+        code = ref.returncode
+        assert code in (0, 1, 2)
     if stdout == "closed":
         proc = _spawn(*args, stdout=None, close_fds=True, pass_fds=(), preexec_fn=lambda: os.close(1))
     else:
