@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from llmdoctor.logstats import READY, START_MARKER, EngineStats, parse_stats_line, stamp_seconds
+from llmdoctor.patterns import LazyPattern
 from llmdoctor.redact import MASK
 
 __all__ = [
@@ -132,8 +133,8 @@ def _memmem() -> Callable[..., int | None] | None:
 
 
 # --- line cleaning -----------------------------------------------------------------------
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
-_PREFIXES = re.compile(
+_ANSI = LazyPattern(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+_PREFIXES = LazyPattern(
     r"""(?:
         \[?[\w.-]+\]?\s+\|\s?                                          # docker-compose: svc-1  | , [svc] |
       | \d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+  # ISO / docker --timestamps
@@ -146,27 +147,27 @@ _PREFIXES = re.compile(
     )""",
     re.VERBOSE,
 )
-_TIMESTAMP = re.compile(
+_TIMESTAMP = LazyPattern(
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"  # ISO
     r"|\d{4}/\d\d/\d\d - \d\d:\d\d:\d\d"  # Ollama GIN
     r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d\d:\d\d:\d\d"  # syslog
     r"|(?<![\d-])\d\d-\d\d \d\d:\d\d:\d\d"  # vLLM (no year)
 )
-_LLAMACPP_ELAPSED = re.compile(r"^(\d+)\.(\d\d)\.(\d\d\d)\.\d\d\d [IWED] ")
+_LLAMACPP_ELAPSED = LazyPattern(r"^(\d+)\.(\d\d)\.(\d\d\d)\.\d\d\d [IWED] ")
 
 # --- secrets -----------------------------------------------------------------------------
 # Same mask as everything else llmdoctor prints; log lines carry secrets nobody told us about,
 # so they are found by shape (the probe client's `Redactor` masks the known ones).
 _SECRETS = (
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"), rf"\1 {MASK}"),
-    (re.compile(r"(?i)\b(authorization|x-api-key|api-key|cookie)(\"?\s*[:=]\s*\"?)[^\s\",;}]+"), rf"\1\2{MASK}"),
+    (LazyPattern(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"), rf"\1 {MASK}"),
+    (LazyPattern(r"(?i)\b(authorization|x-api-key|api-key|cookie)(\"?\s*[:=]\s*\"?)[^\s\",;}]+"), rf"\1\2{MASK}"),
     (
-        re.compile(r"(?i)\b(api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd)"
+        LazyPattern(r"(?i)\b(api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd)"
                    r"(\"?\s*[:=]\s*['\"]?)[^\s'\",;&}]+"),
         rf"\1\2{MASK}",
     ),
-    (re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{8,}"), rf"\1-{MASK}"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{MASK}"),
+    (LazyPattern(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{8,}"), rf"\1-{MASK}"),
+    (LazyPattern(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{MASK}"),
 )
 
 
@@ -180,7 +181,7 @@ def mask_secrets(text: str) -> str:
 # --- classification ----------------------------------------------------------------------
 # Lines never reported, whatever they contain: harmless warnings, and lines that echo user
 # text (vLLM's request log prints the prompt, which may say anything).
-_HARMLESS = re.compile(
+_HARMLESS = LazyPattern(
     r"Special tokens have been added in the vocabulary"
     r"|FutureWarning|DeprecationWarning|is deprecated"
     r"|[Uu]sage stats"
@@ -190,30 +191,30 @@ _HARMLESS = re.compile(
     r"|Compile with `TORCH_USE_CUDA_DSA`|Search for `cuda)"
 )
 
-_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+_RULES: tuple[tuple[str, str, LazyPattern], ...] = (
     # (class, kind, pattern) — first match wins; host OOM before GPU OOM ("Out of memory: Killed").
-    (HOST_OOM, "oom-kill", re.compile(
+    (HOST_OOM, "oom-kill", LazyPattern(
         r"Killed process \d+|invoked oom-killer|\boom-kill\b|oom_kill_process|Memory cgroup out of memory"
         r"|OOMKilled|code=killed, status=9/KILL")),
-    (HOST_OOM, "exit-137", re.compile(r"(?i)exit(?:ed)?(?: with)?(?: exit)? (?:code|status)[: =]*137\b")),
-    (HOST_OOM, "killed", re.compile(r"^Killed\s*$|\b\d+\s+Killed\s+\S")),
-    (GPU_OOM, "cuda-oom", re.compile(
+    (HOST_OOM, "exit-137", LazyPattern(r"(?i)exit(?:ed)?(?: with)?(?: exit)? (?:code|status)[: =]*137\b")),
+    (HOST_OOM, "killed", LazyPattern(r"^Killed\s*$|\b\d+\s+Killed\s+\S")),
+    (GPU_OOM, "cuda-oom", LazyPattern(
         r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation|CUDA error: out of memory"
         r"|cudaMalloc failed: out of memory|out of device memory|ErrorOutOfDeviceMemory"
         r"|ggml_\w*cuda\w*.*out of memory")),
-    (GPU_OOM, "alloc-failed", re.compile(
+    (GPU_OOM, "alloc-failed", LazyPattern(
         r"(?:failed|unable) to allocate (?:\w+ )?(?:CUDA\d*|ROCm\d*|Metal|Vulkan\d*|SYCL\d*|GPU|backend|compute)"
         r"\w* buffer")),
-    (GPU_ERROR, "xid", re.compile(r"NVRM: Xid|\bXid \(PCI|fallen off the bus")),
-    (GPU_ERROR, "nccl", re.compile(r"NCCL error")),
-    (GPU_ERROR, "cuda", re.compile(
+    (GPU_ERROR, "xid", LazyPattern(r"NVRM: Xid|\bXid \(PCI|fallen off the bus")),
+    (GPU_ERROR, "nccl", LazyPattern(r"NCCL error")),
+    (GPU_ERROR, "cuda", LazyPattern(
         r"CUDA error\b|illegal memory access was encountered|device-side assert triggered")),
-    (KV_PREEMPTION, "preempted", re.compile(
+    (KV_PREEMPTION, "preempted", LazyPattern(
         r"is preempted by PreemptionMode\.\w+|Preempted request|preempted (?:\d+ )?(?:requests?|seq)")),
-    (KV_PREEMPTION, "retracted", re.compile(r"KV cache pool is full\. Retract requests|Retract requests")),
-    (CONTEXT_OVERFLOW, "truncated", re.compile(
+    (KV_PREEMPTION, "retracted", LazyPattern(r"KV cache pool is full\. Retract requests|Retract requests")),
+    (CONTEXT_OVERFLOW, "truncated", LazyPattern(
         r"truncating input prompt|input truncated|prompt truncated|truncated prompt")),
-    (CONTEXT_OVERFLOW, "rejected", re.compile(
+    (CONTEXT_OVERFLOW, "rejected", LazyPattern(
         r"maximum context length is \d+|is too long and exceeds (?:the )?limit"
         r"|exceeds the available context size|exceed_context_size_error|prompt is too long"
         r"|Token indices sequence length is longer than the specified maximum"
@@ -221,31 +222,31 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"|is longer than the model's context length|exceed(?:s)? context window")),
     # vLLM 0.32 logs a prompt over --max-model-len only as uvicorn's access line (its error goes to the
     # client alone: fixtures/vllm/requests.log); other invalid requests look the same, so LD209 says so.
-    (CONTEXT_OVERFLOW, "http-400", re.compile(
+    (CONTEXT_OVERFLOW, "http-400", LazyPattern(
         r'"POST /v1/(?:chat/completions|completions|responses)\S* HTTP/[\d.]+" 400\b')),
-    (MODEL_LOAD, "load", re.compile(
+    (MODEL_LOAD, "load", LazyPattern(
         r"Loading weights took|Model loading took|init engine \(.*\) took|Shard ready in"
         r"|Warming up model|llama runner started in|main: model loaded|\bload_duration\b")),
 )
 
-_DURATIONS: tuple[tuple[str, str, re.Pattern[str], float], ...] = (
+_DURATIONS: tuple[tuple[str, str, LazyPattern, float], ...] = (
     # (backend, stage, pattern with the number as group 1, factor to seconds)
-    ("vllm", "weights", re.compile(r"Loading weights took (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("vllm", "model_load", re.compile(r"Model loading took [\d.]+ ?GiB(?: memory)? and (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("vllm", "engine_init", re.compile(r"init engine \(.*\) took (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("tgi", "shard_ready", re.compile(r"Shard ready in (\d+(?:\.\d+)?)s"), 1.0),
-    ("ollama", "runner_start", re.compile(r"llama runner started in (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("ollama", "load_duration", re.compile(r"\"?load_duration\"?\s*[:=]\s*(\d+)\b"), 1e-9),
+    ("vllm", "weights", LazyPattern(r"Loading weights took (\d+(?:\.\d+)?) ?s"), 1.0),
+    ("vllm", "model_load", LazyPattern(r"Model loading took [\d.]+ ?GiB(?: memory)? and (\d+(?:\.\d+)?) ?s"), 1.0),
+    ("vllm", "engine_init", LazyPattern(r"init engine \(.*\) took (\d+(?:\.\d+)?) ?s"), 1.0),
+    ("tgi", "shard_ready", LazyPattern(r"Shard ready in (\d+(?:\.\d+)?)s"), 1.0),
+    ("ollama", "runner_start", LazyPattern(r"llama runner started in (\d+(?:\.\d+)?) ?s"), 1.0),
+    ("ollama", "load_duration", LazyPattern(r"\"?load_duration\"?\s*[:=]\s*(\d+)\b"), 1e-9),
 )
 
 _BACKENDS = (
-    ("vllm", re.compile(
+    ("vllm", LazyPattern(
         r"vllm|PreemptionMode|EngineCore|\[(?:loggers|scheduler|core|gpu_model_runner)\.py"
         r"|^(?:\([\w.-]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d")),
-    ("sglang", re.compile(r"sglang|\bTP\d+\]|Retract requests|Decode batch\.?,? #running-req")),
-    ("tgi", re.compile(r"text_generation|shard-manager|Input validation error")),
-    ("ollama", re.compile(r"ollama|level=\w+ source=\S+\.go:\d+|\[GIN\]|llama runner")),
-    ("llama.cpp", re.compile(r"llama|ggml|\bsrv\s|\bslot\s|n_ctx")),
+    ("sglang", LazyPattern(r"sglang|\bTP\d+\]|Retract requests|Decode batch\.?,? #running-req")),
+    ("tgi", LazyPattern(r"text_generation|shard-manager|Input validation error")),
+    ("ollama", LazyPattern(r"ollama|level=\w+ source=\S+\.go:\d+|\[GIN\]|llama runner")),
+    ("llama.cpp", LazyPattern(r"llama|ggml|\bsrv\s|\bslot\s|n_ctx")),
 )
 
 
@@ -742,7 +743,7 @@ class LogScanner:
             self._record(cls, kind, text, raw, lineno, name, stamp)
 
 
-_CONTINUATION = re.compile(
+_CONTINUATION = LazyPattern(
     r"(?:CUDA kernel errors might be|For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`"
     r"|Search for `cuda|If reserved but unallocated memory|See documentation for Memory Management)"
 )

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from llmdoctor.patterns import LazyPattern
+
 __all__ = [
     "EngineStats",
     "READY",
@@ -41,17 +43,17 @@ __all__ = [
     "stamp_seconds",
 ]
 
-STATS = re.compile(
+STATS = LazyPattern(
     r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s, "
     r"Running: (?P<running>\d+) reqs,(?: Swapped: \d+ reqs,)? (?:Waiting|Pending): (?P<waiting>\d+) reqs"
 )
-_PREEMPTIONS = re.compile(r"\bPreemptions: (\d+)")
-_KV_USAGE = re.compile(r"\b(?:GPU|CPU|XPU|TPU|HPU|NPU|\w+) KV cache usage: ([\d.]+)%")
-START_MARKER = re.compile(r"non-default args: |vLLM API server version \S+")
-READY = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S+)")
+_PREEMPTIONS = LazyPattern(r"\bPreemptions: (\d+)")
+_KV_USAGE = LazyPattern(r"\b(?:GPU|CPU|XPU|TPU|HPU|NPU|\w+) KV cache usage: ([\d.]+)%")
+START_MARKER = LazyPattern(r"non-default args: |vLLM API server version \S+")
+READY = LazyPattern(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S+)")
 
-_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
-_VLLM = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_ISO = LazyPattern(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
+_VLLM = LazyPattern(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _EPOCH = datetime(1970, 1, 1)
 
 

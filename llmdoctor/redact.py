@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from llmdoctor.patterns import LazyPattern
+
 __all__ = [
     "MASK",
     "SENSITIVE_HEADERS",
@@ -65,12 +67,12 @@ SENSITIVE_HEADERS: frozenset[str] = frozenset(
 
 # Other names that look like credentials: x-my-api-key, x-csrf-token, x-client-secret, ...
 # ("x-ratelimit-remaining-tokens" or "x-prompt-tokens" do not match: "tokens" is not "token").
-_SENSITIVE_NAME = re.compile(
+_SENSITIVE_NAME = LazyPattern(
     r"(?:^|[-_])(?:api[-_]?key|token|secret|password|passwd|credentials?|session|auth)(?:$|[-_])"
 )
 
 # A bearer token of any origin (one the redactor was not told about, echoed by a proxy).
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
+_BEARER = LazyPattern(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 
 
 def secrets_of_request(api_key: str | None, headers: Iterable[tuple[str, str]] = ()) -> list[str | None]:
@@ -186,15 +188,15 @@ class Redactor:
 # over a report (and inside JSON numbers); a credential is longer.
 _OUTPUT_MIN_LENGTH = 6
 # A URL's user:password@ (or a bare token@), in any text.
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
+_URL_USERINFO = LazyPattern(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
 # The value of a query parameter whose name ends like a credential's (?token=, &api_key=, &X-Amz-Signature=),
 # in any text ("max_tokens=" is not one).
-_QUERY_SECRET = re.compile(
+_QUERY_SECRET = LazyPattern(
     r"(?i)([?&;][\w.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential|credentials)=)"
     r"[^&#\s\"'<>]+")
 # Environment variables whose value is a credential: the name ends like one (OPENAI_API_KEY, HF_TOKEN,
 # AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so TOKEN_TTL_SECONDS or SESSION_NAME are not.
-_CREDENTIAL_VARIABLE = re.compile(r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PAT)$")
+_CREDENTIAL_VARIABLE = LazyPattern(r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PAT)$")
 
 
 class _ProcessSecrets:

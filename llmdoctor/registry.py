@@ -1,38 +1,83 @@
 """Discovering checks through the ``llmdoctor.checks`` entry-point group.
 
-Built-in and third-party checks register the same way. Nothing registers
-itself at import time; a plugin that fails to load becomes a `LoadError`,
-reported as a crashed check, never a stopped run.
+Built-in and third-party checks register the same way. Nothing registers itself at import time;
+a plugin that fails to load becomes a `LoadError`, reported as a crashed check, never a stopped run.
+
+Two ways in, with the same rules (one check per id: another class claiming a taken id is an
+error, the same class through two distributions counts once; checklist order):
+
+- `load_registry`, for a run: every entry point is loaded and its class validated.
+- `available_checks`, for ``llmdoctor checks``: the entry points say which checks there are; a
+  built-in one is described by the generated index (`llmdoctor.check_index`, ids, titles,
+  categories, probes), so no check module is imported. A third-party plugin (an entry point
+  the index does not hold) is imported and validated as a run would: its id, title and category
+  are its class's own, and a broken one is listed as "failed to load" there too.
+  `find_check` imports the one check ``llmdoctor explain`` prints.
+
+The entry points are read by `llmdoctor.plugins` (the same answer as `importlib.metadata`,
+without its import cost).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from llmdoctor.check import Category, Check
-from llmdoctor.probes.contract import Probe
+from llmdoctor.plugins import entry_points, load_object
 
-__all__ = ["ENTRY_POINT_GROUP", "LoadError", "Registry", "load_registry", "select"]
+if TYPE_CHECKING:
+    from llmdoctor.check import Check
+
+__all__ = ["ENTRY_POINT_GROUP", "CheckInfo", "Checklist", "EntryPointLike", "LoadError", "Registry",
+           "available_checks", "find_check", "load_registry", "select"]
 
 ENTRY_POINT_GROUP = "llmdoctor.checks"
 
 
-@dataclass(frozen=True)
-class LoadError:
+class EntryPointLike(Protocol):
+    """An entry point: `llmdoctor.plugins.EntryPoint` or `importlib.metadata.EntryPoint` (tests)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    def load(self) -> object: ...
+
+
+class LoadError(NamedTuple):
     """A plugin that could not be loaded, with the reason."""
 
     name: str
     reason: str
 
 
-@dataclass
+class CheckInfo(NamedTuple):
+    """What the checklist shows of a check, known without running it (probes by name)."""
+
+    id: str
+    name: str
+    title: str
+    category: str  # a `llmdoctor.check.Category` value
+    order: int
+    entry_point: str  # ``module:Class``
+    requires: tuple[str, ...]
+    optional: tuple[str, ...]
+
+    @classmethod
+    def of(cls, check: type[Check], entry_point: str) -> CheckInfo:
+        """The description of a loaded check class."""
+        return cls(check.id, check.name, check.title, check.category.value, check.order, entry_point,
+                   tuple(p.name for p in check.requires), tuple(p.name for p in check.optional))
+
+
 class Registry:
     """The checks available to a run, in checklist order."""
 
-    checks: list[type[Check]] = field(default_factory=list)
-    errors: list[LoadError] = field(default_factory=list)
+    def __init__(self, checks: list[type[Check]] | None = None, errors: list[LoadError] | None = None) -> None:
+        self.checks: list[type[Check]] = checks if checks is not None else []
+        self.errors: list[LoadError] = errors if errors is not None else []
 
     def by_id(self, check_id: str) -> type[Check] | None:
         """The check with this id (case-insensitive), or None."""
@@ -40,7 +85,22 @@ class Registry:
         return next((c for c in self.checks if c.id.upper() == wanted), None)
 
 
+class Checklist(NamedTuple):
+    """The checks there are, described (`available_checks`), and the plugins that failed to load."""
+
+    checks: list[CheckInfo]
+    errors: list[LoadError]
+
+    def by_id(self, check_id: str) -> CheckInfo | None:
+        """The check with this id (case-insensitive), or None."""
+        wanted = check_id.upper()
+        return next((c for c in self.checks if c.id.upper() == wanted), None)
+
+
 def _validate(obj: object, name: str) -> str | None:
+    from llmdoctor.check import Category, Check
+    from llmdoctor.probes.contract import Probe
+
     if not (isinstance(obj, type) and issubclass(obj, Check)):
         return f"{name} is not a llmdoctor Check subclass"
     for attr in ("id", "name", "title", "category"):
@@ -56,30 +116,75 @@ def _validate(obj: object, name: str) -> str | None:
     return None
 
 
-def load_registry(eps: Iterable[EntryPoint] | None = None) -> Registry:
-    """Load every check of the entry-point group (or of `eps`, for tests)."""
-    if eps is None:
-        eps = entry_points(group=ENTRY_POINT_GROUP)
-    registry = Registry()
+def _load(ep: EntryPointLike) -> type[Check] | LoadError:
+    try:
+        obj = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+        return LoadError(ep.name, f"failed to load {ep.value}: {type(exc).__name__}: {exc}")
+    problem = _validate(obj, ep.value)
+    if problem is not None:
+        return LoadError(ep.name, problem)
+    return cast("type[Check]", obj)  # _validate made sure it is one
+
+
+def _discover(eps: Iterable[EntryPointLike] | None, indexed: dict[str, CheckInfo],
+              ) -> tuple[list[tuple[CheckInfo, type[Check] | None]], list[LoadError]]:
+    """Every check of the entry points, described by `indexed` where it holds them, else loaded."""
+    found: list[tuple[CheckInfo, type[Check] | None]] = []
+    errors: list[LoadError] = []
     seen: dict[str, str] = {}
-    for ep in sorted(eps, key=lambda e: e.name):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
-            registry.errors.append(LoadError(ep.name, f"failed to load {ep.value}: {type(exc).__name__}: {exc}"))
-            continue
-        problem = _validate(obj, ep.value)
-        if problem is None and seen.get(obj.id) == ep.value:
+    for ep in sorted(entry_points(ENTRY_POINT_GROUP) if eps is None else eps, key=lambda e: e.name):
+        info, check = indexed.get(ep.value), None
+        if info is None:
+            loaded = _load(ep)
+            if isinstance(loaded, LoadError):
+                errors.append(loaded)
+                continue
+            info, check = CheckInfo.of(loaded, ep.value), loaded
+        if seen.get(info.id) == ep.value:
             continue  # the same class through a second distribution (an old install, a stale egg-info)
-        if problem is None and obj.id in seen:
-            problem = f"duplicate check id {obj.id} (already provided by {seen[obj.id]})"
-        if problem is not None:
-            registry.errors.append(LoadError(ep.name, problem))
+        if info.id in seen:
+            errors.append(LoadError(ep.name, f"duplicate check id {info.id} (already provided by {seen[info.id]})"))
             continue
-        seen[obj.id] = ep.value
-        registry.checks.append(obj)
-    registry.checks.sort(key=lambda c: (c.order, c.id))
-    return registry
+        seen[info.id] = ep.value
+        found.append((info, check))
+    found.sort(key=lambda pair: (pair[0].order, pair[0].id))
+    return found, errors
+
+
+def load_registry(eps: Iterable[EntryPointLike] | None = None) -> Registry:
+    """Load every check of the entry-point group (or of `eps`, for tests)."""
+    found, errors = _discover(eps, {})
+    return Registry([check for _, check in found if check is not None], errors)
+
+
+def indexed_checks() -> dict[str, CheckInfo]:
+    """The generated index of the built-in checks, by entry point.
+
+    Imported here, not at the top, so ``python -m llmdoctor.indexgen`` (which imports this module)
+    can rewrite an index that is missing or broken.
+    """
+    from llmdoctor.check_index import CHECKS
+
+    return {row[5]: CheckInfo(*row) for row in CHECKS}
+
+
+def available_checks(eps: Iterable[EntryPointLike] | None = None) -> Checklist:
+    """The checks of the entry-point group (or of `eps`), without importing the built-in ones."""
+    found, errors = _discover(eps, indexed_checks())
+    return Checklist([info for info, _ in found], errors)
+
+
+def find_check(check_id: str) -> type[Check] | None:
+    """The class of the check with this id (case-insensitive), importing only its module; or None."""
+    info = available_checks().by_id(check_id)
+    if info is None:
+        return None
+    check = load_object(info.entry_point)
+    problem = _validate(check, info.entry_point)
+    if problem is not None:
+        raise RuntimeError(problem)
+    return cast("type[Check]", check)  # _validate made sure it is one
 
 
 def _matches(check: type[Check], prefixes: Sequence[str]) -> bool:

@@ -13,8 +13,9 @@ thousand logged requests takes milliseconds.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from llmdoctor.patterns import LazyPattern
 
 __all__ = ["ODD_KINDS", "OddRun", "scan", "clean", "escape_sample"]
 
@@ -34,22 +35,22 @@ ODD_KINDS: dict[str, str] = {
 }
 
 # Tab, LF and CR are ordinary; every other C0/C1 control and DEL is not.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]+")
-_ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\u2061-\u2064\ufeff\u00ad\u180e]+")
-_BIDI = re.compile("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]+")
-_SURROGATE = re.compile("[\ud800-\udfff]+")
-_REPLACEMENT = re.compile("\ufffd+")
+_CONTROL = LazyPattern(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]+")
+_ZERO_WIDTH = LazyPattern("[\u200b\u200c\u200d\u2060\u2061-\u2064\ufeff\u00ad\u180e]+")
+_BIDI = LazyPattern("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]+")
+_SURROGATE = LazyPattern("[\ud800-\udfff]+")
+_REPLACEMENT = LazyPattern("\ufffd+")
 # UTF-8 bytes decoded as Latin-1 / cp1252: a lead byte (Ã, Â, â, Ð, Ñ...) followed by a
 # continuation byte shown as a Latin-1 symbol, or the cp1252 "â€" pair (’ “ ” – …).
-_MOJIBAKE = re.compile("(?:[\u00c2\u00c3\u00c5\u00d0\u00d1][\u0080-\u00bf\u0152\u0153\u0160\u0161\u017d\u017e"
+_MOJIBAKE = LazyPattern("(?:[\u00c2\u00c3\u00c5\u00d0\u00d1][\u0080-\u00bf\u0152\u0153\u0160\u0161\u017d\u017e"
                        "\u0178\u2018-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a\u20ac\u2122]"
                        "|\u00e2\u20ac[\u0080-\u00bf\u2018-\u201e\u2020-\u2022\u2026\u2122\u0153\u0161\u017e"
                        "\u02dc\u203a\u2039]?|\u00ef\u00bb\u00bf)+")
-_WHITESPACE_RUN = re.compile(r"[ \t\u00a0\u3000]{32,}|(?:[ \t]*\r?\n){8,}")
-_REPEATED_RUN = re.compile(r"([^\s\w])\1{39,}|(\w)\2{59,}")
-_DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+(?:;[\w=.+-]+)*;base64,[A-Za-z0-9+/=]{16,}")
-_BASE64 = re.compile(r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{200,}={0,2}")
-_JSON_KEY = re.compile(r'"[^"\n]{1,80}"\s*:\s*')
+_WHITESPACE_RUN = LazyPattern(r"[ \t\u00a0\u3000]{32,}|(?:[ \t]*\r?\n){8,}")
+_REPEATED_RUN = LazyPattern(r"([^\s\w])\1{39,}|(\w)\2{59,}")
+_DATA_URI = LazyPattern(r"data:[\w.+-]+/[\w.+-]+(?:;[\w=.+-]+)*;base64,[A-Za-z0-9+/=]{16,}")
+_BASE64 = LazyPattern(r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{200,}={0,2}")
+_JSON_KEY = LazyPattern(r'"[^"\n]{1,80}"\s*:\s*')
 JSON_BLOB_MIN_KEYS = 25
 JSON_BLOB_MIN_CHARS = 1500
 

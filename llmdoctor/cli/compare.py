@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import NoReturn
 
@@ -42,6 +41,8 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     Example:
       llmdoctor compare -e https://llm.prod.internal -e http://clean-box:8000 --samples 20
     """
+    import json
+
     from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
     from llmdoctor.target import DEFAULT_API_KEY_ENV, NetworkOptions, Options, RequestPolicy
 

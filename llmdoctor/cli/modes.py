@@ -7,8 +7,6 @@ the functions so ``llmdoctor --help`` is fast.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -62,6 +60,7 @@ def replay_gate_options(f: Any) -> Any:
 
 def apply_gate(options: Any, slos: Sequence[str], compare_file: str | None) -> Any:
     """Options with the SLOs (config file, overridden by flags) and the baseline file to compare with."""
+    import dataclasses
     import os
 
     from llmdoctor.gate import SloError, load_config, merge_slos, parse_slo, slos_from_config
@@ -176,6 +175,8 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
     if fmt == "prometheus":
         text = render_exposition(metrics)
     elif fmt == "json":
+        import json
+
         lines = []
         for entry, report, error in results:
             if report is not None:
@@ -211,6 +212,8 @@ def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, 
     check_client(target, options)
 
     def emit_round(report: Any) -> None:
+        import json
+
         from llmdoctor.render.json import report_to_dict
 
         emit(json.dumps(report_to_dict(report), ensure_ascii=False) + "\n", None)

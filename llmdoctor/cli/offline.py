@@ -18,23 +18,24 @@ __all__ = ["explain", "list_checks", "replay"]
 @click.option("--json", "as_json", is_flag=True, help="List as JSON.")
 def list_checks(as_json: bool) -> None:
     """List the checklist: ids, names, categories and titles, in the order they run."""
-    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import available_checks
 
-    registry = load_registry()
+    registry = available_checks()  # from the generated index: no check module is imported
     if as_json:
         import json
 
-        rows = [{"id": c.id, "name": c.name, "category": c.category.value, "title": c.title,
-                 "requires": [p.name for p in c.requires], "optional": [p.name for p in c.optional]}
+        rows = [{"id": c.id, "name": c.name, "category": c.category, "title": c.title,
+                 "requires": list(c.requires), "optional": list(c.optional)}
                 for c in registry.checks]
         click.echo(json.dumps(rows, indent=2))
         return
     for c in registry.checks:
-        click.echo(f"{c.id:<7}{c.category.value:<12}{c.name:<28}{c.title}")
-    from llmdoctor.redact import redact_output
+        click.echo(f"{c.id:<7}{c.category:<12}{c.name:<28}{c.title}")
+    if registry.errors:
+        from llmdoctor.redact import redact_output
 
-    for err in registry.errors:  # a plugin's error may quote anything, a credential included
-        click.echo(redact_output(f"(plugin {err.name} failed to load: {err.reason})"), err=True)
+        for err in registry.errors:  # a plugin's error may quote anything, a credential included
+            click.echo(redact_output(f"(plugin {err.name} failed to load: {err.reason})"), err=True)
 
 
 @click.command()
@@ -43,9 +44,9 @@ def explain(check_id: str) -> None:
     """Print a check's documentation: what it checks, why it matters, how to fix it."""
     import inspect
 
-    from llmdoctor.registry import load_registry
+    from llmdoctor.registry import find_check
 
-    check_cls = load_registry().by_id(check_id)
+    check_cls = find_check(check_id)
     if check_cls is None:
         raise UsageProblem(f"no check {check_id!r}; `llmdoctor checks` lists them")
     click.echo(f"{check_cls.id} {check_cls.name} — {check_cls.title}  [{check_cls.category.value}]\n")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from llmdoctor.deadline import Deadline, DeadlineExceeded
-from llmdoctor.target import Options, Target, TargetError, build_target, parse_headers
+if TYPE_CHECKING:  # imported where used: `llmdoctor --help` does not need them
+    from llmdoctor.deadline import Deadline
+    from llmdoctor.target import Options, Target
 
 __all__ = [
     "EXIT_UNKNOWN",
@@ -55,6 +57,8 @@ def require_known_ids(select: Sequence[str], ignore: Sequence[str]) -> None:
 
 def header_args(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The --header values as pairs (a usage problem when one has no colon)."""
+    from llmdoctor.target import TargetError, parse_headers
+
     try:
         return parse_headers(values)
     except TargetError as exc:
@@ -65,6 +69,8 @@ def target_from_args(
     url: str, *, model: str | None, api_key_env: str | None, headers: tuple[tuple[str, str], ...] = ()
 ) -> Target:
     """The target of --endpoint/--model/--api-key-env/--header (`llmdoctor.target.build_target`)."""
+    from llmdoctor.target import TargetError, build_target
+
     try:
         return build_target(url, model=model, api_key_env=api_key_env, headers=headers)
     except TargetError as exc:
@@ -121,8 +127,9 @@ def validate_inputs(options: Options, deadline: Deadline | None = None) -> None:
     The request files are read here within the run's deadline (the clock started with the
     command): a deadline that passes while reading them is exit 3, nothing having been sent.
     """
+    from llmdoctor.deadline import DeadlineExceeded
     from llmdoctor.redact import register_url_secrets
-    from llmdoctor.target import check_url
+    from llmdoctor.target import TargetError, check_url
 
     for path in options.evidence.logs:
         if path != "-":
@@ -154,6 +161,7 @@ def check_client(target: Target, options: Options) -> None:
     any probing, never a skipped LD001 and exit 0.
     """
     from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.target import TargetError
 
     try:
         client = ProbeClient(target, timeout_s=options.request.timeout_s, max_requests=1,
