@@ -1,4 +1,4 @@
-"""Patterns compile on use: `LazyPattern` behaves as the compiled pattern, and the scanners compile nothing at import."""
+"""Patterns compile on use: `LazyPattern` behaves as the compiled pattern; the scanners compile nothing at import."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def test_the_scanners_still_find_what_they_found() -> None:
     from llmdoctor.logscan import GPU_OOM, classify_line, clean_line, mask_secrets
     from llmdoctor.textscan import clean, scan
 
-    message, stamp = clean_line("\x1b[31mINFO 06-02 00:51:39 [x.py:1] torch.OutOfMemoryError: CUDA out of memory\x1b[0m")
+    message, stamp = clean_line("\x1b[31mINFO 06-02 00:51:39 [x.py:1] torch.OutOfMemoryError: CUDA out of memory"
+                                "\x1b[0m")
     assert classify_line(message) == (GPU_OOM, "cuda-oom") and stamp == "06-02 00:51:39"
     assert "abcdefghijkl" not in mask_secrets("Authorization: Bearer abcdefghijkl")
     assert {r.kind for r in scan("a\u200bb" + "=" * 50)} == {"zero_width", "repeated_run"}
