@@ -125,7 +125,8 @@ class Case:
     deadline: str = "1"
     dry_run: bool = False
     json_out: bool = False
-    fleet: bool = False
+    fleet: bool = False  # NDJSON: one report per endpoint
+    watch: bool = False  # NDJSON: one report per round
 
 
 @dataclass
@@ -222,6 +223,7 @@ def check_cases(draw: Any, ends: Endpoints) -> Case:
     if d.wants("numbers"):
         for flag in draw(st.lists(st.sampled_from(sorted(ordinary_numbers)), min_size=1, max_size=3, unique=True)):
             case.args += [flag, d.pick("numbers", ordinary_numbers[flag], NUMBERS)]
+            case.watch = case.watch or flag == "--watch"
     if d.wants("header"):
         name = d.pick("header", ["X-Foo", "X-Api-Key", "Authorization"], HEADER_NAMES)
         text = draw(WILD_TEXT if "header" in d.hostile else st.text("abcXYZ019-_. ", max_size=8))
@@ -338,7 +340,7 @@ def _assert_sound(result: Result, took: float, folder: Path, case: Case) -> None
         assert case.canary not in text, (shown, where)
     assert took < _deadline_s(case.deadline) + MARGIN_S, (shown, took)
     if case.json_out and result.out.strip() and not case.dry_run:
-        for line in (result.out.splitlines() if case.fleet else [result.out]):
+        for line in (result.out.splitlines() if case.fleet or case.watch else [result.out]):
             data = json.loads(line)
             if case.fleet:
                 data.pop("name", None)

@@ -171,6 +171,14 @@ def test_dry_run_sends_nothing_with_watch_or_endpoints(capsys: pytest.CaptureFix
     assert fleet.code == 0 and "nothing is sent" in fleet.out
 
 
+def test_watch_with_an_output_file_is_a_usage_error(capsys: pytest.CaptureFixture[str], refusing: str,
+                                                   tmp_path: Path) -> None:
+    """`--watch --json -o FILE` printed every round on stdout and left FILE alone (found by the fuzz harness)."""
+    _usage_error(run_cli(capsys, "check", "-e", refusing, "--watch", "1", "-o", str(tmp_path / "r.json")),
+                 "-o is for single runs and fleets")
+    assert not (tmp_path / "r.json").exists()
+
+
 # -- bounds: deadline, sizes, depth, FIFOs, devices -------------------------------------------------
 
 def test_request_files_are_read_within_the_deadline(capsys: pytest.CaptureFixture[str], refusing: str,

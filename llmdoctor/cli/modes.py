@@ -103,6 +103,9 @@ def run_modes(target_args: dict[str, Any], options: Any, fmt: str, output: str |
     """
     if dry_run and gate["watch_s"] is not None:
         raise UsageProblem("--dry-run lists the requests of one run: use it without --watch")
+    if output and gate["watch_s"] is not None:  # it was ignored: every round went to stdout anyway
+        raise UsageProblem("--watch prints each round on standard output (redirect it); -o is for single runs "
+                           "and fleets")
     if dry_run and gate["endpoints_file"]:
         _fleet_dry_run(target_args, options, gate, select, ignore, output)
     at = deadline.at if deadline is not None else None
