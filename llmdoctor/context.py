@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from llmdoctor.deadline import Deadline, DeadlineExceeded
 from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import ClientSetupError, Options, Target
 
 if TYPE_CHECKING:
     from llmdoctor.probes.client import ProbeClient
@@ -116,12 +117,21 @@ class Context:
     _readers: list[_Reader] = field(default_factory=list, init=False, repr=False)
     _scheduled: frozenset[AnyProbe] | None = field(default=None, init=False, repr=False)
     _interrupted: set[str] = field(default_factory=set, init=False, repr=False)
-    # The perf_counter() instant the run must end by (--deadline, counted from here), or None.
-    deadline_at: float | None = field(default=None, init=False, repr=False)
+    #: The perf_counter() instant the run must end by (--deadline), or None. The CLI passes the
+    #: instant its command started plus --deadline (file reading counts too); without it the
+    #: deadline is counted from here.
+    deadline_at: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.options.request.deadline_s is not None and self.recorded is None:
+        if self.recorded is not None:
+            self.deadline_at = None
+        elif self.deadline_at is None and self.options.request.deadline_s is not None:
             self.deadline_at = time.perf_counter() + self.options.request.deadline_s
+
+    @property
+    def deadline(self) -> Deadline:
+        """The run's deadline as a `Deadline` (for readers of files and pipes)."""
+        return Deadline.until(self.deadline_at, self.options.request.deadline_s)
 
     # -- the run's deadline -------------------------------------------------
     def time_left(self) -> float | None:
@@ -179,6 +189,7 @@ class Context:
                     on_request=self._on_request,
                     before_send=self.before_send,
                     lag=self._lag,
+                    other_origins=(self.options.evidence.metrics_url, self.options.evidence.gpu_metrics_url),
                 )
         return self._client
 
@@ -201,11 +212,20 @@ class Context:
             self._log_request(timing)
 
     def _log_request(self, timing: RequestTiming) -> None:
-        """--verbose: one line per request on stderr (headers masked, text redacted)."""
+        """--verbose: one line per request on stderr (headers masked, text redacted).
+
+        A log that cannot be written (stderr closed or full) is dropped: it never fails the request.
+        """
         from llmdoctor.probes.client import describe_request
+        from llmdoctor.redact import redact_output
 
         line = describe_request(timing, self._client.request_headers if self._client is not None else {})
-        print(self.redact(f"llmdoctor: {line}"), file=sys.stderr, flush=True)
+        if sys.stderr is None:
+            return
+        try:
+            print(redact_output(self.redact(f"llmdoctor: {line}")), file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def note_raw_connections(self, count: int) -> None:
         """Record TCP connections a probe opened outside the HTTP client (reported with the requests)."""
@@ -377,8 +397,10 @@ class Context:
         except ProbeUnavailable as exc:
             status = ProbeStatus(name, False, exc.reason)
             value = None
-        except UndeclaredRead:
-            raise
+        except (UndeclaredRead, ClientSetupError):
+            raise  # a bug in a check, or inputs the CLI should have refused: not a probe's failure
+        except DeadlineExceeded:
+            status, value = ProbeStatus(name, False, self.deadline_reason), None
         except KeyboardInterrupt:
             # Ctrl-C in the middle of a probe: remember it, then let the doctor stop the run.
             status = ProbeStatus(name, False, "interrupted (Ctrl-C) while measuring",

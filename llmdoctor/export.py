@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from llmdoctor.render.prometheus import EndpointResult, registry_for
 from llmdoctor.report import ExitCode
-from llmdoctor.target import display_url
+from llmdoctor.target import TargetError, check_url, display_url
 
 __all__ = [
     "PUSH_TIMEOUT_S",
@@ -90,6 +90,10 @@ def check_push_gateway(url: str) -> None:
         raise ExportError(f"--push-gateway {shown}: use an http:// or https:// URL")
     if not parts.hostname:
         raise ExportError(f"--push-gateway {shown}: the URL has no host")
+    try:  # the host, port and characters as for the endpoint (an IDN that cannot encode, port 0, spaces)
+        check_url(url, "--push-gateway")
+    except TargetError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def check_job(job: str) -> None:

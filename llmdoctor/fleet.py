@@ -11,6 +11,12 @@ TOML file with one table per endpoint::
 Each endpoint is diagnosed in its own thread with its own context and probe
 client; a shared `RateLimiter` spaces the requests of all threads so that the
 fleet as a whole never sends more than ``--rate`` requests per second.
+
+Ctrl-C (or SIGTERM) stops the fleet without losing what it found: no request starts after it,
+the endpoints being diagnosed end with their partial reports (within `INTERRUPT_GRACE_S`),
+and the completed reports are kept; an endpoint cut off in a request, or not started, is an
+``interrupted`` row (UNKNOWN). The worker threads are daemons, so the process never waits
+for a request still in flight.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -28,7 +33,13 @@ if TYPE_CHECKING:
 from llmdoctor.report import ExitCode, Report
 from llmdoctor.target import Options, TargetError, build_target, display_url, normalize_base_url
 
-__all__ = ["FleetEntry", "FleetError", "RateLimiter", "load_endpoints", "run_fleet", "worst_exit_code"]
+__all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "load_endpoints",
+           "run_fleet", "worst_exit_code"]
+
+#: After Ctrl-C, how long the endpoints being diagnosed get to finish with their partial report.
+INTERRUPT_GRACE_S = 2.0
+#: The largest endpoints file read (one URL a line: a million endpoints fit).
+MAX_ENDPOINTS_FILE_BYTES = 16 << 20
 
 # Icinga's aggregation order: OK < WARNING < UNKNOWN < CRITICAL.
 _SEVERITY_ORDER = {ExitCode.OK: 0, ExitCode.WARNING: 1, ExitCode.UNKNOWN: 2, ExitCode.CRITICAL: 3}
@@ -82,6 +93,10 @@ def _toml_entries(text: str, path: str) -> list[FleetEntry]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise FleetError(f"--endpoints {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise FleetError(f"--endpoints {path}: nested too deeply to be an endpoints file") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise FleetError(f"--endpoints {path} is not valid TOML: {str(exc).split(':')[0]}") from None
     table = data.get("endpoints")
     if not isinstance(table, dict) or not table:
         raise FleetError(f"--endpoints {path}: expected [endpoints.NAME] tables with a url")
@@ -98,11 +113,14 @@ def _toml_entries(text: str, path: str) -> list[FleetEntry]:
 
 def load_endpoints(path: str) -> list[FleetEntry]:
     """Read an endpoints file (one URL per line, or TOML ``[endpoints.NAME]`` tables)."""
+    from llmdoctor.inputs import InputError, read_input
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise FleetError(f"cannot read --endpoints {path}: {exc.strerror}") from None
+        text = read_input(path, "--endpoints", limit=MAX_ENDPOINTS_FILE_BYTES).decode("utf-8").removeprefix("\ufeff")
+    except InputError as exc:
+        raise FleetError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise FleetError(f"--endpoints {path}: not UTF-8 text (byte {exc.start})") from None
     stripped = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if path.endswith(".toml") or any(ln.startswith("[") for ln in stripped):
         entries = _toml_entries(text, path)
@@ -140,18 +158,33 @@ def run_fleet(
     ignored: Sequence[str] = (),
     fail_on: str = "warning",
     on_done: Callable[[FleetEntry, Report | None, str], None] | None = None,
+    deadline_at: float | None = None,
 ) -> list[tuple[FleetEntry, Report | None, str]]:
-    """Diagnose every entry concurrently; returns (entry, report or None, error) in file order."""
+    """Diagnose every entry concurrently; returns (entry, report or None, error) in file order.
+
+    Ctrl-C while it runs returns what there is (see the module docstring) instead of raising.
+    """
     from llmdoctor.doctor import diagnose
 
-    limiter = RateLimiter(rate)
+    stop = threading.Event()
+    limiter = RateLimiter(rate, sleep=lambda seconds: None if stop.wait(seconds) else None)
+    results: list[tuple[FleetEntry, Report | None, str] | None] = [None] * len(entries)
+    started: set[int] = set()
+    lock = threading.Lock()
+    pending = iter(range(len(entries)))
+
+    def before_send() -> None:
+        if not stop.is_set():
+            limiter.acquire()
+        if stop.is_set():  # Ctrl-C: this endpoint's diagnosis ends with its partial report
+            raise KeyboardInterrupt
 
     def one(entry: FleetEntry) -> tuple[FleetEntry, Report | None, str]:
         try:
             target = build_target(entry.url, model=entry.model or default_model,
                                   api_key_env=entry.api_key_env or default_key_env, headers=headers)
             report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
-                                 before_send=limiter.acquire)
+                                 before_send=before_send, deadline_at=deadline_at)
             result: tuple[FleetEntry, Report | None, str] = (entry, report, "")
         except Exception as exc:  # noqa: BLE001 - one endpoint must not stop the fleet
             result = (entry, None, f"{type(exc).__name__}: {exc}")
@@ -159,8 +192,33 @@ def run_fleet(
             on_done(*result)
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries)))) as pool:
-        return list(pool.map(one, entries))
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(pending, None)
+                if i is None:
+                    return
+                started.add(i)
+            results[i] = one(entries[i])
+
+    threads = [threading.Thread(target=work, name=f"llmdoctor-fleet-{n}", daemon=True)
+               for n in range(max(1, min(workers, len(entries))))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # short waits: Ctrl-C reaches the main thread between them
+    except KeyboardInterrupt:
+        stop.set()
+        until = time.monotonic() + INTERRUPT_GRACE_S
+        for thread in threads:
+            thread.join(max(0.0, until - time.monotonic()))
+    with lock:
+        return [r if r is not None else
+                (entry, None, "interrupted (Ctrl-C) before it finished" if i in started
+                 else "not started: interrupted (Ctrl-C)")
+                for i, (entry, r) in enumerate(zip(entries, results))]
 
 
 def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Table:

@@ -99,18 +99,30 @@ def format_slo(slo: Slo) -> str:
     return f"{slo.metric}={value}ms"
 
 
+#: The largest configuration file read.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
+    from llmdoctor.inputs import InputError, read_input
+
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise SloError(f"cannot read {path}: {exc.strerror}") from None
+        text = read_input(str(path), "", limit=MAX_CONFIG_BYTES).decode("utf-8").removeprefix("\ufeff")
+        return tomllib.loads(text)
+    except InputError as exc:
+        raise SloError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise SloError(f"{path} is not valid TOML: not UTF-8 text (byte {exc.start}; TOML files are UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise SloError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SloError(f"{path} is not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise SloError(f"{path} is not valid TOML: {str(exc).split(':')[0]}") from None
 
 
 def load_config(directory: str | Path = ".") -> tuple[dict[str, Any], str | None]:

@@ -24,8 +24,8 @@ from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import Options, Target, display_url
 
-__all__ = ["FORMAT", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordingError", "load_recording", "options_from_snapshot",
-           "recording_dict"]
+__all__ = ["FORMAT", "MAX_RECORDING_BYTES", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordingError", "load_recording",
+           "options_from_snapshot", "read_recording_json", "recording_dict"]
 
 FORMAT = "llmdoctor-measurements"
 VERSION = 1
@@ -115,15 +115,29 @@ def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
     return Redactor(url_secrets).obj(data) if url_secrets else data
 
 
+#: The largest recording read (one of a run with 40,000 logged requests is ~30 MiB).
+MAX_RECORDING_BYTES = 256 << 20
+
+
+def read_recording_json(path: str, what: str = "") -> Any:
+    """The JSON of a recording file, read within bounds (`llmdoctor.inputs`); `RecordingError` (one line)."""
+    from llmdoctor.inputs import InputError, load_json, read_input
+
+    label = f"{what} {path}".strip()
+    try:
+        data = read_input(path, what, limit=MAX_RECORDING_BYTES)
+        return load_json(data.decode("utf-8").removeprefix("\ufeff"), label)
+    except InputError as exc:
+        raise RecordingError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise RecordingError(f"{label} is not JSON: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise RecordingError(f"{label} is not JSON: {exc}") from None
+
+
 def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
     """Target, options and measurements of a recording file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise RecordingError(f"cannot read {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RecordingError(f"{path} is not JSON: {exc}") from None
+    data = read_recording_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RecordingError(f"{path} is not a llmdoctor measurements file (saved with --save-measurements)")
     if data.get("version") != VERSION:

@@ -3,15 +3,27 @@
 The probe client builds one `Redactor` from the API key and the values of every sensitive
 header it sends, and passes all server-provided text (error bodies, headers) through it;
 renderers do the same with anything that may carry a secret.
+
+On top of that, one process-wide pass (`redact_output`) runs over every string that leaves
+the process — the report in any format, the NDJSON of fleets and watches, saved recordings,
+error lines, the verbose log, skip reasons, plugin errors. It masks every secret registered so
+far (the keys and credential headers of every target built, the passwords and query values of
+the URL options, the proxies' passwords, the values of credential-like environment variables
+such as ``*_API_KEY``, ``*_TOKEN``, ``*_PASSWORD``) and, in messages, a URL's
+``user:password@`` and the values of credential-like query parameters (``?token=``,
+``&api_key=``, ``&sig=``). A whole rendered document gets the exact-secret part only
+(`redact_document`): a pattern must not rewrite an HTML report's scripts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from llmdoctor.patterns import LazyPattern
 
@@ -21,7 +33,15 @@ __all__ = [
     "Redactor",
     "is_sensitive_header",
     "mask_secret",
+    "redact_document",
     "redact_headers",
+    "redact_output",
+    "redact_output_obj",
+    "register_environment_secrets",
+    "register_request_secrets",
+    "register_secrets",
+    "register_url_secrets",
+    "secrets_of_request",
 ]
 
 MASK = "***redacted***"
@@ -53,6 +73,19 @@ _SENSITIVE_NAME = LazyPattern(
 
 # A bearer token of any origin (one the redactor was not told about, echoed by a proxy).
 _BEARER = LazyPattern(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def secrets_of_request(api_key: str | None, headers: Iterable[tuple[str, str]] = ()) -> list[str | None]:
+    """The API key and the values of the sensitive headers among `headers` (and the token inside
+    ``Bearer …``/``Basic …``)."""
+    secrets: list[str | None] = [api_key]
+    for name, value in headers:
+        if is_sensitive_header(name):
+            secrets.append(value)
+            scheme, _, token = value.strip().partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                secrets.append(token.strip())
+    return secrets
 
 
 def mask_secret(value: str) -> str:
@@ -115,14 +148,7 @@ class Redactor:
     @classmethod
     def for_request(cls, api_key: str | None, headers: Iterable[tuple[str, str]] = ()) -> Redactor:
         """A redactor for the API key and the values of the sensitive headers among `headers`."""
-        secrets: list[str | None] = [api_key]
-        for name, value in headers:
-            if is_sensitive_header(name):
-                secrets.append(value)
-                scheme, _, token = value.strip().partition(" ")
-                if token and scheme.lower() in ("bearer", "basic", "token"):
-                    secrets.append(token.strip())
-        return cls(secrets)
+        return cls(secrets_of_request(api_key, headers))
 
     def text(self, s: str) -> str:
         """Return `s` with every secret occurrence and every bearer token masked."""
@@ -153,3 +179,122 @@ class Redactor:
         if isinstance(x, tuple):
             return tuple(self.obj(v) for v in x)
         return x
+
+
+# ---------------------------------------------------------------------------------------------
+# The process-wide pass over everything that leaves the process.
+
+# Secrets shorter than this are not masked in free text: "1234" or "true" would be masked all
+# over a report (and inside JSON numbers); a credential is longer.
+_OUTPUT_MIN_LENGTH = 6
+# A URL's user:password@ (or a bare token@), in any text.
+_URL_USERINFO = LazyPattern(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
+# The value of a query parameter whose name ends like a credential's (?token=, &api_key=, &X-Amz-Signature=),
+# in any text ("max_tokens=" is not one).
+_QUERY_SECRET = LazyPattern(
+    r"(?i)([?&;][\w.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature|credential|credentials)=)"
+    r"[^&#\s\"'<>]+")
+# Environment variables whose value is a credential: the name ends like one (OPENAI_API_KEY, HF_TOKEN,
+# AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so TOKEN_TTL_SECONDS or SESSION_NAME are not.
+_CREDENTIAL_VARIABLE = LazyPattern(r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PAT)$")
+
+
+class _ProcessSecrets:
+    """The secrets registered so far in this process, and the redactor over them (rebuilt on change)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self._redactor = Redactor()
+
+    def add(self, values: Iterable[str | None]) -> None:
+        fresh = {v for v in values if v and len(v) >= _OUTPUT_MIN_LENGTH} - self._values
+        if not fresh:
+            return
+        with self._lock:
+            self._values |= fresh
+            self._redactor = Redactor(self._values, min_length=_OUTPUT_MIN_LENGTH)
+
+    @property
+    def redactor(self) -> Redactor:
+        return self._redactor
+
+    def mask(self, text: str) -> str:
+        """`text` with the registered secrets (exact strings, and their escaped spellings) masked."""
+        pattern = self._redactor._pattern  # noqa: SLF001 - the same class's own state
+        return pattern.sub(MASK, text) if pattern is not None else text
+
+
+_PROCESS = _ProcessSecrets()
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Mask these values in everything that leaves the process from now on (`redact_output`)."""
+    _PROCESS.add(values)
+
+
+def register_request_secrets(api_key: str | None, headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Register the API key and the sensitive header values of a target (`secrets_of_request`)."""
+    register_secrets(secrets_of_request(api_key, headers))
+
+
+def register_url_secrets(url: str | None) -> None:
+    """Register the password (and ``user:password``) and the query values of a URL option."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        password = parts.password
+        userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+        query = [v for _, v in parse_qsl(parts.query)]
+    except ValueError:
+        return
+    register_secrets([password, unquote(password) if password else None, userinfo, *query])
+
+
+def register_environment_secrets(environ: Mapping[str, str] | None = None) -> None:
+    """Register the values of credential-like environment variables (``*_API_KEY``, ``*_TOKEN``,
+    ``*_SECRET``, ``*PASSWORD*`` …) and the passwords of the proxy variables.
+
+    A plugin's or a library's error that quotes one of them is then masked like the key itself.
+    """
+    env = os.environ if environ is None else environ
+    values: list[str | None] = []
+    for name, value in env.items():
+        if name.lower().endswith("_proxy"):
+            register_url_secrets(value)
+        elif _CREDENTIAL_VARIABLE.search(name) and len(value) >= 8 and not value.isdigit():
+            values.append(value)
+    register_secrets(values)
+
+
+def redact_document(text: str) -> str:
+    """A whole rendered document (a report in any format) as it may leave the process: the
+    registered secrets masked, nothing else touched (an HTML report's scripts stay intact)."""
+    return _PROCESS.mask(text) if text else text
+
+
+def redact_output(text: str) -> str:
+    """A message (an error line, a reason, a string of the JSON report) as it may leave the process:
+    registered secrets, bearer tokens, URL passwords and credential query values masked."""
+    if not text:
+        return text
+    text = _PROCESS.redactor.text(text)
+    if "://" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}***@", text)
+    if "=" in text:
+        text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    return text
+
+
+def redact_output_obj(x: Any) -> Any:
+    """`redact_output` over every string of a JSON-like value (keys too)."""
+    if isinstance(x, str):
+        return redact_output(x)
+    if isinstance(x, Mapping):
+        return {redact_output(k) if isinstance(k, str) else k: redact_output_obj(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [redact_output_obj(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(redact_output_obj(v) for v in x)
+    return x

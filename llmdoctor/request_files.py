@@ -4,7 +4,13 @@ A request file is one JSON request body (chat ``{"messages": [...]}`` or
 completions ``{"prompt": ...}``), a JSON array of bodies, or JSONL with one body
 a line (logs exported from a gateway; OpenAI batch-file lines
 ``{"custom_id", "url", "body": {...}}`` are unwrapped). ``-`` reads standard input
-(once per process; the text is kept so a second reader sees the same bodies).
+(once per process, into a temporary file, so a second reader sees the same bodies; a
+FIFO likewise).
+
+The files are streamed: one body at a time is decoded and normalised, so memory follows
+what is kept (`RequestInfo`), not the file. Reading is bounded (`llmdoctor.inputs`): a
+file up to `MAX_FILE_BYTES`, a body up to `MAX_BODY_CHARS`, JSON nested up to
+``MAX_JSON_DEPTH`` levels, a pipe that goes silent, and the run's ``--deadline``.
 
 Anything that is not a request raises `RequestFileError` with one line naming
 the file, the line and what is wrong; the CLI turns it into exit code 3. Problems
@@ -18,14 +24,23 @@ in saved measurements.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
+import itertools
 import json
+import os
 import re
-import sys
+import shutil
+import stat
+import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from llmdoctor.deadline import Deadline
+from llmdoctor.inputs import MAX_JSON_DEPTH, MIB, InputError, json_too_deep, load_json, open_input, size_text
 from llmdoctor.textscan import OddRun, scan
 
 __all__ = [
@@ -50,9 +65,6 @@ _SHORT_ANSWER = re.compile(
     r"classify (?:the|this|as)|just the (?:answer|number|label|letter))\b",
     re.IGNORECASE,
 )
-
-_stdin_text: str | None = None
-
 
 class RequestFileError(ValueError):
     """A request file cannot be used; the message is one line with file:line."""
@@ -127,61 +139,206 @@ class RequestInfo:
 # ----------------------------------------------------------------------------------------------
 # Reading files
 # ----------------------------------------------------------------------------------------------
-def _read(path: str) -> tuple[str, str]:
-    """Return (display name, text) of `path` (``-`` is standard input, read once)."""
-    global _stdin_text
-    if path == "-":
-        if _stdin_text is None:
-            _stdin_text = sys.stdin.read()
-        return "<stdin>", _stdin_text
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise RequestFileError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise RequestFileError(f"{path}: is a directory, not a request file") from None
-    except OSError as exc:
-        raise RequestFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    # Invalid UTF-8 becomes U+FFFD, which the odd-character check then reports.
-    return path, data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+#: The largest request file read (a month of gateway logs is smaller; a device never ends).
+MAX_FILE_BYTES = 1 << 30
+#: The largest single request body (a line of JSONL, or one value): multimodal payloads included.
+MAX_BODY_CHARS = 64 * MIB
+_CHUNK_CHARS = 1 << 16
+_DECODER = json.JSONDecoder()
+_spool_lock = threading.Lock()
+_spooled: dict[str, str] = {}
+_cache_lock = threading.Lock()
+_cache: tuple[tuple[Any, ...], list[RequestInfo]] | None = None
 
 
-def _json_error(name: str, text: str, exc: json.JSONDecodeError, line_offset: int = 0) -> RequestFileError:
-    line = exc.lineno + line_offset
-    return RequestFileError(f"{name}:{line}: invalid JSON: {exc.msg} (column {exc.colno})")
+def _spool(path: str, deadline: Deadline | None) -> str:
+    """A file holding what standard input or a pipe sent: read once (bounded), then read like a file.
 
-
-def _bodies_of(name: str, text: str) -> Iterator[tuple[str, Any]]:
-    stripped = text.strip()
-    if not stripped:
-        raise RequestFileError(f"{name}: empty file: expected a JSON request body or JSONL of bodies")
-    jsonl = name.endswith((".jsonl", ".ndjson"))
-    if not jsonl:
+    Standard input and a FIFO can be read once only, and the requests are read more than once
+    (checked first, then measured, then counted), so their bytes go to a temporary file.
+    """
+    with _spool_lock:
+        if path in _spooled:
+            return _spooled[path]
+        fd, spool = tempfile.mkstemp(prefix="llmdoctor-request-", suffix=".json")
+        atexit.register(_remove, spool)
         try:
-            whole = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            if exc.msg != "Extra data":
-                lead = len(text) - len(text.lstrip())
-                raise _json_error(name, text, exc, text[:lead].count("\n")) from None
-            jsonl = True  # several JSON values, one a line
-        else:
-            first_line = text[: len(text) - len(text.lstrip())].count("\n") + 1
-            if isinstance(whole, list):
-                for i, item in enumerate(whole):
-                    yield f"{name}:[{i}]", item
-            else:
-                yield f"{name}:{first_line}", whole
+            with open_input(path, "--request", limit=MAX_FILE_BYTES, deadline=deadline) as source, \
+                    os.fdopen(fd, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 16)
+        except BaseException:
+            _remove(spool)
+            raise
+        _spooled[path] = spool
+        return spool
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _read_once(path: str) -> bool:
+    """Whether `path` can be read only once: standard input, a pipe or a FIFO."""
+    if path == "-":
+        return True
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _open_text(path: str, deadline: Deadline | None) -> Iterator[tuple[str, TextIO]]:
+    """(display name, text stream) of a request file, bounded (`llmdoctor.inputs.open_input`)."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        source = _spool(path, deadline) if _read_once(path) else path
+        stream = open_input(source, "--request", limit=MAX_FILE_BYTES, deadline=deadline)
+    except InputError as exc:
+        raise RequestFileError(str(exc)) from None
+    # Invalid UTF-8 becomes U+FFFD, which the odd-character check then reports.
+    text = io.TextIOWrapper(io.BufferedReader(stream, 1 << 16), encoding="utf-8", errors="replace")
+    try:
+        yield name, text
+    except InputError as exc:
+        raise RequestFileError(str(exc)) from None
+    finally:
+        text.close()
+
+
+class _Values:
+    """The JSON values of a text stream, one after the other, decoded from a sliding buffer.
+
+    Memory holds one value at a time (and its text), never the whole file; a value that does
+    not fit in the buffer yet makes it grow (doubling), up to `MAX_BODY_CHARS`.
+    """
+
+    def __init__(self, name: str, text: TextIO) -> None:
+        self.name = name
+        self._text = text
+        self._buf = ""
+        self._pos = 0
+        self.line = 1  # the line of self._buf[self._pos]
+        self._eof = False
+        self._first = True
+
+    def _fill(self, size: int = _CHUNK_CHARS) -> None:
+        data = self._text.read(size)
+        if self._first:
+            data, self._first = data.removeprefix("\ufeff"), False
+        if not data:
+            self._eof = True
             return
-    for number, line in enumerate(text.splitlines(), start=1):
+        self._buf = self._buf[self._pos:] + data
+        self._pos = 0
+
+    def peek(self) -> str | None:
+        """The next character that is not whitespace (None at the end), skipping to it."""
+        while True:
+            buf, pos = self._buf, self._pos
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            self.line += buf.count("\n", self._pos, pos)
+            self._pos = pos
+            if pos < len(buf):
+                return buf[pos]
+            if self._eof:
+                return None
+            self._fill()
+
+    def take(self, char: str) -> None:
+        """Step over `char`, which `peek` returned."""
+        self._pos += len(char)
+
+    def value(self) -> Any:
+        """Decode the value that starts at the next character (`peek` first)."""
+        size = _CHUNK_CHARS
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as exc:
+                if self._eof:
+                    line = self.line + self._buf.count("\n", self._pos, exc.pos)
+                    raise RequestFileError(f"{self.name}:{line}: invalid JSON: {exc.msg} (column {exc.colno})") \
+                        from None
+                if len(self._buf) - self._pos > MAX_BODY_CHARS:
+                    raise RequestFileError(f"{self.name}:{self.line}: a request larger than "
+                                           f"{size_text(MAX_BODY_CHARS)}, the most llmdoctor reads") from None
+                self._fill(size)
+                size *= 2
+                continue
+            except RecursionError:
+                raise RequestFileError(f"{self.name}:{self.line}: JSON nested deeper than {MAX_JSON_DEPTH} levels") \
+                    from None
+            except ValueError as exc:  # an integer of more than 4,300 digits
+                raise RequestFileError(f"{self.name}:{self.line}: {str(exc).split(':')[0]}") from None
+            if json_too_deep(value):
+                raise RequestFileError(f"{self.name}:{self.line}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            self.line += self._buf.count("\n", self._pos, end)
+            self._pos = end
+            if self._pos > (1 << 20):  # drop what was decoded, now and then (not after every small value)
+                self._buf, self._pos = self._buf[self._pos:], 0
+            return value
+
+
+def _json_values(name: str, text: TextIO) -> Iterator[tuple[str, Any]]:
+    """One JSON body, a JSON array of bodies, or several bodies one after the other (JSONL)."""
+    values = _Values(name, text)
+    first = values.peek()
+    if first is None:
+        raise RequestFileError(f"{name}: empty file: expected a JSON request body or JSONL of bodies")
+    if first == "[":
+        values.take("[")
+        index = 0
+        while True:
+            char = values.peek()
+            if char == "]" and index == 0:
+                values.take("]")
+                break
+            if index > 0:
+                if char == "]":
+                    values.take("]")
+                    break
+                if char != ",":
+                    raise RequestFileError(f"{name}:{values.line}: invalid JSON: Expecting ',' delimiter")
+                values.take(",")
+                values.peek()
+            yield f"{name}:[{index}]", values.value()
+            index += 1
+        if values.peek() is not None:
+            raise RequestFileError(f"{name}:{values.line}: invalid JSON: Extra data after the array")
+        return
+    while values.peek() is not None:
+        line = values.line
+        yield f"{name}:{line}", values.value()
+
+
+def _json_lines(name: str, text: TextIO) -> Iterator[tuple[str, Any]]:
+    """JSONL: one body a line (``.jsonl``, ``.ndjson``)."""
+    seen = False
+    for number in itertools.count(1):
+        line = text.readline(MAX_BODY_CHARS + 1)
+        if not line:
+            break
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        if len(line) > MAX_BODY_CHARS:
+            raise RequestFileError(f"{name}:{number}: a line longer than {size_text(MAX_BODY_CHARS)}, "
+                                   "the most llmdoctor reads")
         if not line.strip():
             continue
+        seen = True
         try:
-            yield f"{name}:{number}", json.loads(line)
+            yield f"{name}:{number}", load_json(line, f"{name}:{number}")
         except json.JSONDecodeError as exc:
             raise RequestFileError(
                 f"{name}:{number}: invalid JSON on this line: {exc.msg} (column {exc.colno})"
             ) from None
+        except InputError as exc:
+            raise RequestFileError(str(exc)) from None
+    if not seen:
+        raise RequestFileError(f"{name}: empty file: expected a JSON request body or JSONL of bodies")
 
 
 def _validated(source: str, value: Any) -> dict[str, Any]:
@@ -233,20 +390,48 @@ def _type(value: Any) -> str:
     )
 
 
-def iter_bodies(paths: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``(source, body)`` for every request in `paths`, validated, one at a time.
+def iter_bodies(paths: Iterable[str], *, deadline: Deadline | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``(source, body)`` for every request in `paths`, validated, one at a time (streamed).
 
-    Raises `RequestFileError` on the first file or line that is not a request.
+    Raises `RequestFileError` on the first file or line that is not a request (or that crosses a
+    size or depth bound), `DeadlineExceeded` when `deadline` passes while reading.
     """
     for path in paths:
-        name, text = _read(path)
-        for source, value in _bodies_of(name, text):
-            yield source, _validated(source, value)
+        with _open_text(path, deadline) as (name, text):
+            jsonl = name.endswith((".jsonl", ".ndjson"))
+            for source, value in (_json_lines if jsonl else _json_values)(name, text):
+                yield source, _validated(source, value)
 
 
-def load_requests(paths: Iterable[str]) -> list[RequestInfo]:
-    """Read and normalise every request in `paths` (the CLI calls this to validate early)."""
-    return [normalise(body, source) for source, body in iter_bodies(paths)]
+def _signature(paths: Iterable[str]) -> tuple[Any, ...]:
+    """What identifies the content of `paths` for the cache: each file's identity, size and time."""
+    out: list[Any] = []
+    for path in paths:
+        try:
+            st = os.stat(_spooled.get(path, path))
+        except OSError:
+            return ()
+        out.append((path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def load_requests(paths: Iterable[str], *, deadline: Deadline | None = None) -> list[RequestInfo]:
+    """Read and normalise every request in `paths` (the CLI calls this to validate early).
+
+    The last result is kept: the run reads the same files again (checked first, then measured)
+    and gets the same list without reading them twice.
+    """
+    global _cache
+    paths = list(paths)
+    key = _signature(paths)
+    with _cache_lock:
+        if key and _cache is not None and _cache[0] == key:
+            return _cache[1]
+    requests = [normalise(body, source) for source, body in iter_bodies(paths, deadline=deadline)]
+    key = _signature(paths)  # after reading: standard input is spooled by now
+    with _cache_lock:
+        _cache = (key, requests) if key else None
+    return requests
 
 
 # ----------------------------------------------------------------------------------------------

@@ -98,7 +98,10 @@ def from_data(kind: Any, data: Any) -> Any:
             return NON_FINITE[data]
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise SerdeError(f"expected a number, got {data!r:.40}")
-        return float(data)
+        try:
+            return float(data)
+        except OverflowError:  # an integer of hundreds of digits (an edited or hostile recording)
+            raise SerdeError(f"a number too large for a float ({len(str(data))} digits)") from None
     if kind in (int, str, bool):
         if not isinstance(data, kind) or (kind is int and isinstance(data, bool)):
             raise SerdeError(f"expected {kind.__name__}, got {data!r:.40}")

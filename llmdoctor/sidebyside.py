@@ -74,7 +74,10 @@ def _phase_samples(side: Side) -> dict[str, list[float]]:
 def run_side_by_side(
     targets: Sequence[Target], options: Options, *, min_rel: float = 0.10, min_abs_ms: float = 5.0
 ) -> SideBySide:
-    """Discover both endpoints, warm each up, then alternate single "Say ok." requests A, B, A, B …"""
+    """Discover both endpoints, warm each up, then alternate single "Say ok." requests A, B, A, B …
+
+    Ctrl-C stops it with what it has: both sides marked interrupted, no comparison (exit 3).
+    """
     from llmdoctor.context import Context, ProbeUnavailable
     from llmdoctor.probes.catalog import DISCOVERY
 
@@ -106,6 +109,9 @@ def run_side_by_side(
                         side.error = f"{type(exc).__name__}: {exc}"
                 if any(s.error for s in sides):
                     break
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the comparison is incomplete, say so (exit 3)
+        for side in sides:
+            side.error = side.error or f"interrupted (Ctrl-C) after {len(side.samples)} samples"
     finally:
         for side, ctx in zip(sides, ctxs):
             side.requests_sent = ctx.requests_sent

@@ -6,7 +6,6 @@ import dataclasses
 import ipaddress
 import os
 import re
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,18 +24,34 @@ __all__ = [
     "Workload",
     "Target",
     "TargetError",
+    "ClientSetupError",
+    "MAX_URL_CHARS",
     "build_target",
+    "check_host",
+    "check_url",
     "display_url",
-    "host_problem",
     "normalize_base_url",
     "parse_headers",
 ]
+
+#: The longest URL accepted (servers refuse longer request lines: nginx's default buffer is 8 KiB).
+MAX_URL_CHARS = 8192
+# RFC 9110 §5.6.2: a field name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# A host name label (RFC 1123; underscores too, as container and service names use them).
+_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?$")  # no "-" at either end (RFC 1123)
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class TargetError(ValueError):
     """The endpoint URL or its options cannot be used (one-line message)."""
+
+
+class ClientSetupError(TargetError):
+    """The probe client cannot be built from these inputs (a CA bundle that does not load, a proxy
+    the client cannot use, a header it cannot encode): a usage problem, reported before anything
+    is sent, never a skipped check."""
 
 
 def display_url(url: str) -> str:
@@ -56,71 +71,100 @@ def display_url(url: str) -> str:
     return scheme + sep + authority + tail
 
 
-_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
-
-
-def host_problem(host: str) -> str | None:
-    """Why `host` cannot be an endpoint's host, or None: an IP literal or a DNS name (RFC 1123 labels).
-
-    Underscores are accepted (Docker and Compose service names resolve with them); a name made of
-    digits and dots must be an IPv4 address; non-ASCII names must encode to IDNA. What this lets
-    through is then for DNS to answer: an unknown name is a finding of the run, a malformed one
-    (``ht!tp``, ``a..b``, ``-x-``) a usage error before anything is sent.
-    """
-    try:
-        ipaddress.ip_address(host.partition("%")[0])  # an IPv6 literal may carry a zone (%eth0)
-        return None
-    except ValueError:
-        pass
-    name = host[:-1] if host.endswith(".") else host  # a fully qualified name may end with its root dot
-    labels = name.split(".")
-    if any(not label for label in labels):
-        return f"{host!r} has an empty label (two dots in a row, or a leading dot)"
-    try:
-        ascii_labels = [label if label.isascii() else label.encode("idna").decode("ascii") for label in labels]
-    except UnicodeError:
-        return f"{host!r} is not a valid internationalized domain name"
-    if len(".".join(ascii_labels)) > 253:
-        return "a host name has at most 253 characters"
-    bad = next((label for label in ascii_labels if not _LABEL.fullmatch(label)), None)
-    if bad is not None:
-        what = repr(host) if bad == host else f"{bad!r} in {host!r}"
-        return (f"{what} is not a host name (labels of letters, digits and '-', not at either end, "
-                "at most 63 characters; or an IP address)")
-    if all(label.isdigit() for label in ascii_labels):
-        try:
-            socket.inet_aton(name)
-        except OSError:
-            return f"{host!r} is not an IPv4 address"
+def _odd_character(text: str) -> str | None:
+    """The first character no URL or header may carry raw (a control, a space, a byte that was not UTF-8)."""
+    for ch in text:
+        code = ord(ch)
+        if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or 0xD800 <= code <= 0xDFFF or ch.isspace():
+            return f"U+{code:04X}"
     return None
+
+
+def check_host(host: str, what: str = "endpoint URL") -> str:
+    """`host` as it goes on the wire (IDNA-encoded), or `TargetError`: not a host name nor an IP literal.
+
+    An IP literal (``10.0.0.5``, ``::1``), or a name of labels of letters, digits, ``-`` and
+    ``_``, each at most 63 characters, 253 in all; an international name is encoded as httpx
+    encodes it (IDNA 2008), so ``☃.net`` is refused here rather than inside a probe.
+    """
+    literal = host.partition("%")[0]  # an IPv6 zone (fe80::1%eth0)
+    try:
+        ipaddress.ip_address(literal)
+        return host
+    except ValueError:
+        if ":" in host:
+            raise TargetError(f"{what}: {host!r} is not a valid IPv6 address") from None
+    name = host.lower().removesuffix(".")
+    if not name.isascii():
+        import idna
+
+        try:
+            name = idna.encode(name).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise TargetError(f"{what}: {host!r} is not a valid international host name ({exc})") from None
+    labels = name.split(".")
+    if labels[-1].isdigit() or all(label.isdigit() for label in labels):
+        raise TargetError(f"{what}: {host!r} is not a valid IPv4 address")
+    if len(name) > 253:
+        raise TargetError(f"{what}: the host name is {len(name)} characters long; DNS allows 253")
+    for label in labels:
+        if len(label) > 63:
+            raise TargetError(f"{what}: the host name label {label[:20]!r}… is {len(label)} characters long; "
+                              "DNS allows 63")
+        if not _LABEL.match(label):
+            raise TargetError(f"{what}: {host!r} is not a valid host name (letters, digits, '-', '_' and dots)")
+    return name
+
+
+def check_url(url: str, what: str = "endpoint URL") -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path) of an http(s) URL the client can use, or `TargetError` (one line).
+
+    Checked as httpx will check it, before anything is sent: the scheme, the host (`check_host`),
+    the port (1–65535), the length (`MAX_URL_CHARS`) and the characters (no spaces or controls).
+    The message never echoes a password or a query (`display_url`).
+    """
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    shown = display_url(url)  # never echo user:password or a ?token= from the URL
+    if len(raw) > MAX_URL_CHARS:
+        raise TargetError(f"{what} is {len(raw):,} characters long; the most accepted is {MAX_URL_CHARS:,}")
+    odd = _odd_character(raw)
+    if odd is not None:
+        shown_safe = shown.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise TargetError(f"{what} {shown_safe!r} has a character URLs cannot carry ({odd}): "
+                          "percent-encode it")
+    try:
+        parts = urlsplit(raw)
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise TargetError(f"invalid {what} {shown!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise TargetError(f"unsupported URL scheme {parts.scheme!r}: use http:// or https://")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise TargetError(f"invalid port in {what}: {exc}") from None
+    if not parts.hostname:
+        raise TargetError(f"{what} has no host: {shown!r}")
+    if port == 0:
+        raise TargetError(f"{what} {shown!r}: port 0 is not a port a server listens on")
+    host = check_host(parts.hostname, what)
+    return parts.scheme, host, port, parts.path
 
 
 def normalize_base_url(url: str) -> str:
     """Return the OpenAI-compatible base URL ending in ``/v1``.
 
     Accepts ``http://host:port``, ``http://host:port/v1`` and full paths such as
-    ``.../v1/chat/completions`` (trimmed back to ``/v1``).
+    ``.../v1/chat/completions`` (trimmed back to ``/v1``); anything the client could not use
+    is a `TargetError` (`check_url`).
     """
+    check_url(url)
     raw = url.strip()
     if "://" not in raw:
         raw = "http://" + raw
-    shown = display_url(url)  # never echo user:password or a ?token= from the URL
-    try:
-        parts = urlsplit(raw)
-    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
-        raise TargetError(f"invalid endpoint URL {shown!r}: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise TargetError(f"unsupported URL scheme {parts.scheme!r}: use http:// or https://")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise TargetError(f"invalid port in endpoint URL: {exc}") from None
-    if not parts.hostname:
-        raise TargetError(f"endpoint URL has no host: {shown!r}")
-    del port
-    problem = host_problem(parts.hostname)
-    if problem:
-        raise TargetError(f"invalid host in endpoint URL {shown!r}: {problem}")
+    parts = urlsplit(raw)
+    assert parts.hostname is not None
     path = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions", "/models"):
         if path.endswith(suffix):
@@ -170,14 +214,39 @@ class Target:
         return urlunsplit((parts.scheme, parts.netloc, root_path, "", ""))
 
 
+def _unsendable(value: str) -> str | None:
+    """Why `value` cannot be sent in an HTTP header (None: it can): CR, LF, controls, or not Latin-1."""
+    for ch in value:
+        code = ord(ch)
+        if ch in "\r\n":
+            return "a line break (CR/LF), which would end the header"
+        if (code < 0x20 and ch != "\t") or code == 0x7F:
+            return f"a control character (U+{code:04X})"
+        if code > 0xFF:
+            return f"the character U+{code:04X}, which HTTP headers cannot carry (they are Latin-1)"
+    return None
+
+
 def parse_headers(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``--header 'Name: value'`` strings as (name, value) pairs, stripped."""
+    """``--header 'Name: value'`` strings as (name, value) pairs, stripped; `TargetError` when unsendable.
+
+    The name must be an RFC 9110 token (no spaces); the value Latin-1 without line breaks or
+    controls. The message names the header, never its value (values may be credentials).
+    """
     headers = []
     for raw in values:
         name, sep, value = raw.partition(":")
         if not sep or not name.strip():
             raise TargetError("--header must look like 'Name: value' (got a value without a colon)")
-        headers.append((name.strip(), value.strip()))
+        name = name.strip()
+        if not _TOKEN.match(name):
+            shown = name.encode("ascii", "backslashreplace").decode("ascii")
+            raise TargetError(f"--header {shown!r}: not a valid header name (letters, digits and !#$%&'*+-.^_`|~, "
+                              "no spaces)")
+        problem = _unsendable(value.strip())
+        if problem:
+            raise TargetError(f"--header {name!r}: the value has {problem}")
+        headers.append((name, value.strip()))
     return tuple(headers)
 
 
@@ -195,8 +264,15 @@ def build_target(
     the environment variable `api_key_env` (unset or empty: no key; no variable named: no key). Every
     command (check, fleets, watch, compare) builds its targets here.
     """
+    from llmdoctor.redact import register_request_secrets
+
     env = os.environ if environ is None else environ
     key = (env.get(api_key_env) or None) if api_key_env else None
+    register_request_secrets(key, headers)  # masked in everything that leaves the process, from now on
+    if key is not None:
+        problem = _unsendable(key)
+        if problem:
+            raise TargetError(f"the API key in ${api_key_env} has {problem}")
     return Target(base_url=normalize_base_url(url), model=model, api_key=key, headers=headers)
 
 

@@ -2,14 +2,20 @@
 
 Each round is a fresh, small diagnosis (reachability and the "Say ok."
 baseline: LD001, LD701) with its own request budget; the terminal shows the
-rounds so far and the latest waterfall (rich Live), for watching a deploy
-roll out. Ctrl-C stops cleanly between or inside rounds.
+last rounds and the latest waterfall (rich Live), for watching a deploy
+roll out. Ctrl-C (or SIGTERM) stops cleanly between or inside rounds.
+
+Bounds: memory holds the last `KEEP_ROUNDS` rounds only (a day of rounds costs what
+fifteen do). ``--deadline`` bounds the whole watch: no round starts after it, each gets
+at most the time left, and a round it cuts short is neither shown nor counted. The exit
+code is the last complete round's; 3 (UNKNOWN) when none completed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -17,19 +23,22 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
-from llmdoctor.report import Report
+from llmdoctor.deadline import Deadline
+from llmdoctor.report import ExitCode, Report
 from llmdoctor.target import Options, Target
 
-__all__ = ["WATCH_CHECKS", "watch"]
+__all__ = ["KEEP_ROUNDS", "WATCH_CHECKS", "watch"]
 
 WATCH_CHECKS = ("LD001", "LD701")
+#: Rounds kept for the live table (and in memory).
+KEEP_ROUNDS = 15
 
 
 def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v:,.0f} ms"
 
 
-def _view(rounds: list[tuple[str, Report]], interval: float) -> RenderableType:
+def _view(rounds: Sequence[tuple[str, Report]], interval: float) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -37,7 +46,7 @@ def _view(rounds: list[tuple[str, Report]], interval: float) -> RenderableType:
     table = Table(title=f"llmdoctor watch — every {interval:g} s (Ctrl-C to stop)")
     for col in ("time", "status", "TTFT p50", "TTFT p90", "total p50", "first token", "decode", "requests"):
         table.add_column(col, justify="left" if col in ("time", "status") else "right")
-    for stamp, r in rounds[-15:]:
+    for stamp, r in list(rounds)[-KEEP_ROUNDS:]:
         b = r.breakdown
         phases = {p.name: p.ms for p in b.phases} if b is not None else {}
         ttft50, ttft90, total50 = (b.ttft_p50_ms, b.ttft_p90_ms, b.total_p50_ms) if b is not None else (None,) * 3
@@ -55,6 +64,11 @@ def _view(rounds: list[tuple[str, Report]], interval: float) -> RenderableType:
     return Group(*parts)
 
 
+def _cut_short(report: Report) -> bool:
+    """Whether the deadline stopped some of this round's measurements."""
+    return any(not p.available and p.reason.startswith("deadline reached") for p in report.probes)
+
+
 def watch(
     target: Target,
     options: Options,
@@ -64,11 +78,21 @@ def watch(
     fail_on: str = "warning",
     emit_json: Callable[[Report], None] | None = None,
     live: bool = True,
+    deadline_at: float | None = None,
+    on_round: Callable[[int], None] | None = None,
 ) -> int:
-    """Run rounds until `count` are done (0: until Ctrl-C); returns the last round's exit code."""
+    """Run rounds until `count` are done (0: until Ctrl-C or the deadline); the last complete round's exit code.
+
+    `deadline_at`: the ``perf_counter()`` instant ``--deadline`` ends (default: counted from now).
+    `on_round` is called with the number of rounds done after each one (benchmarks).
+    """
     from llmdoctor.doctor import diagnose
 
-    rounds: list[tuple[str, Report]] = []
+    if deadline_at is None and options.request.deadline_s is not None:
+        deadline_at = time.perf_counter() + options.request.deadline_s
+    deadline = Deadline.until(deadline_at, options.request.deadline_s)
+    rounds: deque[tuple[str, Report]] = deque(maxlen=KEEP_ROUNDS)
+    last_code: int | None = None
     live_view: Live | None = None
     if live and emit_json is None:
         from rich.live import Live
@@ -77,23 +101,28 @@ def watch(
         live_view.start()
     try:
         n = 0
-        while count <= 0 or n < count:
+        while (count <= 0 or n < count) and not deadline.expired:
             started = time.monotonic()
-            report, _ = diagnose(target, options, selected=WATCH_CHECKS, fail_on=fail_on)
+            report, _ = diagnose(target, options, selected=WATCH_CHECKS, fail_on=fail_on, deadline_at=deadline_at)
             if report.interrupted:  # Ctrl-C inside a round: keep the last complete one
                 break
+            if deadline.expired and _cut_short(report):
+                break  # the deadline cut this round: it is not a measurement of the endpoint
             rounds.append((datetime.now().strftime("%H:%M:%S"), report))
+            last_code = report.exit_code
             n += 1
             if emit_json is not None:
                 emit_json(report)
             elif live_view is not None:
                 live_view.update(_view(rounds, interval_s))
+            if on_round is not None:
+                on_round(n)
             if count > 0 and n >= count:
                 break
-            time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+            time.sleep(max(0.0, deadline.cap(interval_s - (time.monotonic() - started))))
     except KeyboardInterrupt:
         pass
     finally:
         if live_view is not None:
             live_view.stop()
-    return rounds[-1][1].exit_code if rounds else 0
+    return last_code if last_code is not None else ExitCode.UNKNOWN

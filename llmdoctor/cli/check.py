@@ -18,7 +18,9 @@ from llmdoctor.cli.modes import apply_gate, gate_options, run_modes
 from llmdoctor.cli.output import Presentation, common_output_options, emit, output_format, run_and_exit
 from llmdoctor.cli.simulator import demo_server
 from llmdoctor.cli.usage import (
+    check_client,
     header_args,
+    require_finite,
     require_format,
     require_known_ids,
     split_ids,
@@ -133,8 +135,11 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     redirects, rate-limits or answers garbage is a finding (LD001, exit 2), never a crash.
     Ctrl-C prints the partial report: exit 3, or 2 if something critical was already found.
     """
+    from llmdoctor.deadline import Deadline
     from llmdoctor.target import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
 
+    require_finite()
+    deadline = Deadline(deadline_s)  # the whole run counts, from here: reading the inputs too
     fmt = output_format(fmt, as_json, output)
     options = Options(
         request=RequestPolicy(timeout_s=timeout_s, max_requests=max_requests, samples=samples,
@@ -147,18 +152,19 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         diagnosis=DiagnosisOptions(followup=not no_followup),
     )
     options = with_budget(options, followup_budget)
-    validate_inputs(options)
+    validate_inputs(options, deadline)
     require_known_ids(select, ignore)
     extra_headers = header_args(headers)
     require_format(fmt)
     export = export_settings(gate)
     options = apply_gate(options, gate["slos"], gate["compare_file"])
     run_modes({"endpoint": endpoint, "model": model, "api_key_env": api_key_env, "headers": extra_headers},
-              options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run)
+              options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run, deadline=deadline)
     with contextlib.ExitStack() as stack:
         if endpoint is None:
             endpoint = stack.enter_context(demo_server("demo", announce=fmt == "text"))
         target = target_from_args(endpoint, model=model, api_key_env=api_key_env, headers=extra_headers)
+        check_client(target, options)
         if dry_run:
             _dry_run(target, options, select, ignore, output)
             return
@@ -166,7 +172,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
         if gate["save_baseline"] and select:  # a baseline needs the baseline and sweep probes measured
             select = (*select, "LD701", "LD702")
         run_and_exit(target, options, fmt, output, saves, select, ignore, fail_on, export=export,
-                     presentation=Presentation(verbose=verbose, no_color=no_color))
+                     presentation=Presentation(verbose=verbose, no_color=no_color), deadline_at=deadline.at)
 
 
 def _dry_run(target: Any, options: Any, select: Sequence[str], ignore: Sequence[str], output: str | None) -> None:

@@ -8,7 +8,7 @@ from typing import NoReturn
 import click
 
 from llmdoctor.cli.output import emit
-from llmdoctor.cli.usage import UsageProblem, target_from_args
+from llmdoctor.cli.usage import UsageProblem, check_client, require_finite, target_from_args
 
 __all__ = ["compare"]
 
@@ -46,6 +46,7 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
     from llmdoctor.target import DEFAULT_API_KEY_ENV, NetworkOptions, Options, RequestPolicy
 
+    require_finite()
     if len(endpoints) != 2:
         raise UsageProblem("compare needs exactly two --endpoint values (A and B)")
     for name, values in (("--model", models), ("--api-key-env", key_envs)):
@@ -62,6 +63,8 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     ]
     options = Options(request=RequestPolicy(timeout_s=timeout_s, samples=samples, max_requests=samples + 10),
                       network=NetworkOptions(insecure=insecure))
+    for target in targets:
+        check_client(target, options)
     result = run_side_by_side(targets, options)
     text = json.dumps(to_dict(result), indent=2) + "\n" if as_json else render_text(result)
     emit(text, output)

@@ -15,9 +15,10 @@ import click
 
 from llmdoctor.cli.export import deliver, export_settings
 from llmdoctor.cli.output import emit
-from llmdoctor.cli.usage import UsageProblem, split_ids, target_from_args
+from llmdoctor.cli.usage import UsageProblem, check_client, split_ids, target_from_args
 
 if TYPE_CHECKING:
+    from llmdoctor.deadline import Deadline
     from llmdoctor.fleet import FleetEntry
 
 __all__ = ["gate_options", "replay_gate_options", "apply_gate", "run_modes", "inject_reference"]
@@ -93,30 +94,46 @@ def inject_reference(measurements: dict[str, Any], compare_file: str | None) -> 
 
 
 def run_modes(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
-              select: Sequence[str], ignore: Sequence[str], fail_on: str, dry_run: bool = False) -> None:
+              select: Sequence[str], ignore: Sequence[str], fail_on: str, dry_run: bool = False,
+              deadline: Deadline | None = None) -> None:
     """Run --endpoints (fleet) or --watch when asked (never returns then); otherwise return.
 
     With --dry-run a fleet prints each endpoint's plan and sends nothing; --watch refuses it.
+    `deadline` (``--deadline``, started with the command) bounds the whole fleet, or the whole watch.
     """
     if dry_run and gate["watch_s"] is not None:
         raise UsageProblem("--dry-run lists the requests of one run: use it without --watch")
+    if output and gate["watch_s"] is not None:  # it was ignored: every round went to stdout anyway
+        raise UsageProblem("--watch prints each round on standard output (redirect it); -o is for single runs "
+                           "and fleets")
     if dry_run and gate["endpoints_file"]:
         _fleet_dry_run(target_args, options, gate, select, ignore, output)
+    at = deadline.at if deadline is not None else None
     if gate["endpoints_file"]:
-        _fleet(target_args, options, fmt, output, gate, select, ignore, fail_on)
+        _fleet(target_args, options, fmt, output, gate, select, ignore, fail_on, at)
     if gate["watch_s"] is not None:
-        _watch(target_args, options, fmt, gate, fail_on)
+        _watch(target_args, options, fmt, gate, fail_on, at)
 
 
-def _fleet_entries(target_args: dict[str, Any], gate: dict[str, Any]) -> list[FleetEntry]:
+def _fleet_entries(target_args: dict[str, Any], gate: dict[str, Any], options: Any) -> list[FleetEntry]:
+    """The fleet's endpoints, each checked as a target and a probe client: exit 3 before any probing."""
     from llmdoctor.fleet import FleetError, load_endpoints
 
     if target_args["endpoint"] is not None:
         raise UsageProblem("give either --endpoint or --endpoints, not both")
     try:
-        return load_endpoints(gate["endpoints_file"])
+        entries = load_endpoints(gate["endpoints_file"])
     except FleetError as exc:
         raise UsageProblem(str(exc)) from None
+    for entry in entries:
+        try:
+            target = target_from_args(entry.url, model=entry.model or target_args["model"],
+                                      api_key_env=entry.api_key_env or target_args["api_key_env"],
+                                      headers=target_args["headers"])
+            check_client(target, options)
+        except UsageProblem as exc:
+            raise UsageProblem(f"--endpoints {gate['endpoints_file']}: {entry.name}: {exc.message}") from None
+    return entries
 
 
 def _fleet_dry_run(target_args: dict[str, Any], options: Any, gate: dict[str, Any], select: Sequence[str],
@@ -128,7 +145,7 @@ def _fleet_dry_run(target_args: dict[str, Any], options: Any, gate: dict[str, An
     from llmdoctor.target import Target, normalize_base_url
 
     checks = select_checks(load_registry().checks, split_ids(select), split_ids(ignore))
-    entries = _fleet_entries(target_args, gate)
+    entries = _fleet_entries(target_args, gate, options)
     parts = [f"llmdoctor dry run — a fleet of {len(entries)} endpoint{'s' if len(entries) != 1 else ''}, "
              f"at most {gate['rate']:g} requests per second in all: nothing is sent.\n"]
     for entry in entries:
@@ -139,20 +156,21 @@ def _fleet_dry_run(target_args: dict[str, Any], options: Any, gate: dict[str, An
 
 
 def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
-           select: Sequence[str], ignore: Sequence[str], fail_on: str) -> NoReturn:
+           select: Sequence[str], ignore: Sequence[str], fail_on: str, deadline_at: float | None) -> NoReturn:
     from llmdoctor.fleet import fleet_table, run_fleet, worst_exit_code
 
     if fmt not in ("text", "json", "prometheus"):
         raise UsageProblem("--endpoints prints text (a summary table), --json (NDJSON) or --format prometheus, "
                            "not " + fmt)
     settings = export_settings(gate)
-    entries = _fleet_entries(target_args, gate)
+    entries = _fleet_entries(target_args, gate, options)
     from llmdoctor.render.json import report_to_dict
     from llmdoctor.target import display_url
 
     results = run_fleet(entries, options, default_model=target_args["model"],
                         default_key_env=target_args["api_key_env"], headers=target_args["headers"],
-                        rate=gate["rate"], selected=split_ids(select), ignored=split_ids(ignore), fail_on=fail_on)
+                        rate=gate["rate"], selected=split_ids(select), ignored=split_ids(ignore), fail_on=fail_on,
+                        deadline_at=deadline_at)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
     from llmdoctor.render.prometheus import EndpointResult, render_exposition
 
@@ -168,7 +186,7 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
                 lines.append(json.dumps({**report_to_dict(report), "name": entry.name}, ensure_ascii=False))
             else:
                 lines.append(json.dumps({"name": entry.name, "endpoint": display_url(entry.url), "status": "unknown",
-                                         "exit_code": 3, "error": error}))
+                                         "exit_code": 3, "error": error}, ensure_ascii=False))
         text = "\n".join(lines) + "\n"
     else:
         import io
@@ -182,7 +200,8 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
     sys.exit(deliver(metrics, settings, worst_exit_code(codes)))
 
 
-def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, Any], fail_on: str) -> NoReturn:
+def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, Any], fail_on: str,
+           deadline_at: float | None) -> NoReturn:
     from llmdoctor.watch import watch
 
     if target_args["endpoint"] is None:
@@ -193,15 +212,15 @@ def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, 
         raise UsageProblem("--watch shows text (live) or --json (one report per round, NDJSON), not " + fmt)
     target = target_from_args(target_args["endpoint"], model=target_args["model"],
                               api_key_env=target_args["api_key_env"], headers=target_args["headers"])
+    check_client(target, options)
 
-    def emit(report: Any) -> None:
+    def emit_round(report: Any) -> None:
         import json
 
         from llmdoctor.render.json import report_to_dict
 
-        sys.stdout.write(json.dumps(report_to_dict(report), ensure_ascii=False) + "\n")
-        sys.stdout.flush()
+        emit(json.dumps(report_to_dict(report), ensure_ascii=False) + "\n", None)
 
     code = watch(target, options, interval_s=gate["watch_s"], count=gate["watch_count"], fail_on=fail_on,
-                 emit_json=emit if fmt == "json" else None)
+                 emit_json=emit_round if fmt == "json" else None, deadline_at=deadline_at)
     sys.exit(code)

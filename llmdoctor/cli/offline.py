@@ -39,8 +39,11 @@ def list_checks(as_json: bool) -> None:
         return
     for c in registry.checks:
         click.echo(f"{c.id:<7}{c.category:<12}{c.name:<28}{c.title}")
-    for err in registry.errors:
-        click.echo(f"(plugin {err.name} failed to load: {err.reason})", err=True)
+    if registry.errors:
+        from llmdoctor.redact import redact_output
+
+        for err in registry.errors:  # a plugin's error may quote anything, a credential included
+            click.echo(redact_output(f"(plugin {err.name} failed to load: {err.reason})"), err=True)
 
 
 @click.command()

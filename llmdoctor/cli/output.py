@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMATS", "FORMAT_OF_SUFFIX", "NO_COLOR_OPTION", "Presentation", "check_destination",
            "common_output_options", "emit", "output_format", "progress", "render_and_exit", "report_text",
-           "run_and_exit", "save_measurements"]
+           "run_and_exit", "save_measurements", "write_file"]
 
 FORMATS = ("text", "json", "markdown", "junit", "html", "prometheus")
 
@@ -39,22 +39,44 @@ def output_format(fmt: str | None, as_json: bool, output: str | None) -> str:
 
 
 def emit(text: str, output: str | None) -> None:
-    """Write `text` to --output FILE, or to stdout."""
+    """Write `text` (redacted: `llmdoctor.redact.redact_document`) to --output FILE, or to stdout.
+
+    A file that cannot be written is a usage problem (exit 3); stdout that cannot be written
+    (closed, full, a reader that left) is not: the run keeps its exit code
+    (`llmdoctor.cli.streams` says why on stderr).
+    """
+    from llmdoctor.redact import redact_document
+
+    text = redact_document(text)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UsageProblem(f"cannot write --output {output}: {exc.strerror}") from None
-    else:
+        write_file(output, "--output", text)
+        return
+    if sys.stdout is None:
+        return
+    try:
         sys.stdout.write(text)
         sys.stdout.flush()
+    except (OSError, ValueError):  # not guarded (library use): the report cannot be shown, the code stands
+        pass
+
+
+def write_file(path: str, what: str, text: str) -> None:
+    """Write `text` to `path` (`llmdoctor.inputs.open_output`: a FIFO nobody reads is refused); exit 3 if it fails."""
+    from llmdoctor.inputs import InputError, open_output
+
+    try:
+        with open_output(path, what) as fh:
+            fh.write(text)
+    except InputError as exc:
+        raise UsageProblem(str(exc)) from None
+    except OSError as exc:
+        raise UsageProblem(f"cannot write {what} {path}: {exc.strerror or exc}") from None
 
 
 def progress(enabled: bool, color: bool = True) -> Any:
     """A callback showing progress on stderr when it is a terminal, else None; no colour with
     ``--no-color`` (`color` False) or ``NO_COLOR`` (rich reads it)."""
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or sys.stderr is None or not sys.stderr.isatty():
         return None
     from rich.console import Console
 
@@ -126,18 +148,20 @@ def save_measurements(report: Any, ctx: Any, path: str) -> None:
     import json
 
     from llmdoctor.recording import recording_dict
+    from llmdoctor.redact import redact_output_obj
 
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(recording_dict(report, ctx), fh, indent=1, allow_nan=False)  # to_data wrote NaN as "NaN"
-    except OSError as exc:
-        raise UsageProblem(f"cannot write --save-measurements {path}: {exc.strerror}") from None
+    data = redact_output_obj(recording_dict(report, ctx))
+    write_file(path, "--save-measurements", json.dumps(data, indent=1, allow_nan=False))  # to_data wrote NaN as "NaN"
 
 
 def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: str | Sequence[str] | None,
                  select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None,
-                 export: ExportSettings | None = None, presentation: Presentation | None = None) -> NoReturn:
-    """Diagnose (live, or on `recorded` measurements), then `render_and_exit`."""
+                 export: ExportSettings | None = None, presentation: Presentation | None = None,
+                 deadline_at: float | None = None) -> NoReturn:
+    """Diagnose (live, or on `recorded` measurements), then `render_and_exit`.
+
+    `deadline_at`: the ``perf_counter()`` instant of ``--deadline``, counted from the command's start.
+    """
     from llmdoctor.doctor import diagnose
 
     check_destination(fmt, output)
@@ -145,7 +169,7 @@ def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: 
                      color=not (presentation is not None and presentation.no_color))
     try:
         report, ctx = diagnose(target, options, selected=split_ids(select), ignored=split_ids(ignore),
-                               fail_on=fail_on, recorded=recorded, progress=shown)
+                               fail_on=fail_on, recorded=recorded, progress=shown, deadline_at=deadline_at)
     finally:
         if shown is not None:
             shown.stop()

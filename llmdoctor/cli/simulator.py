@@ -51,7 +51,8 @@ def demo(profile: str, as_json: bool, no_color: bool) -> NoReturn:
     try --profile slow-decode, long-prefill, slow-floor or close-connections (queueing only shows
     under concurrent load: `serve-sim --profile queueing` and `check --concurrency 4`).
     Exits with the code the report prints, as `check` does: 1 (WARNING) on the default profile, whose
-    floor and cold start are warnings; 0 on a healthy one; 3 when the diagnosis could not run.
+    floor and cold start are warnings; 0 on a healthy one; 3 when the diagnosis could not run or was
+    interrupted.
     """
     from llmdoctor.doctor import diagnose
     from llmdoctor.target import Options, Target
@@ -65,7 +66,7 @@ def demo(profile: str, as_json: bool, no_color: bool) -> NoReturn:
             if progress is not None:
                 progress.stop()
     emit(report_text(report, fmt, Presentation(no_color=no_color)), None)
-    sys.exit(report.exit_code)
+    sys.exit(3 if report.interrupted else report.exit_code)  # Ctrl-C/SIGTERM: a partial diagnosis
 
 
 @click.command(name="serve-sim")
@@ -80,6 +81,7 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
     """Serve the OpenAI-compatible simulator (real SSE streaming, injectable latency and faults)."""
     from llmdoctor.sim.profiles import PROFILES, get_profile
     from llmdoctor.sim.server import SimServer, serve_forever
+    from llmdoctor.target import TargetError, check_host
 
     if list_profiles:
         for name, p in PROFILES.items():
@@ -89,6 +91,10 @@ def serve_sim(profile: str, host: str, port: int, list_profiles: bool) -> None:
         sim_profile = get_profile(profile)
     except KeyError as exc:
         raise UsageProblem(str(exc.args[0]) if exc.args else f"unknown profile {profile!r}") from None
+    try:
+        check_host(host, "--host")
+    except TargetError as exc:
+        raise UsageProblem(str(exc)) from None
 
     def ready(server: SimServer) -> None:
         click.echo(f"llmdoctor simulator '{profile}' serving {server.base_url} (Ctrl-C to stop)", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -9,12 +10,15 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:  # imported where used: `llmdoctor --help` does not need them
+    from llmdoctor.deadline import Deadline
     from llmdoctor.target import Options, Target
 
 __all__ = [
     "EXIT_UNKNOWN",
     "UsageProblem",
+    "check_client",
     "header_args",
+    "require_finite",
     "require_format",
     "require_known_ids",
     "split_ids",
@@ -87,18 +91,85 @@ def with_budget(options: Options, text: str) -> Options:
     return dataclasses.replace(options, diagnosis=diagnosis)
 
 
-def validate_inputs(options: Options) -> None:
-    """Fail fast (exit 3) on input files that cannot be read, before sending anything."""
+def require_finite() -> None:
+    """Every number option of the running command is finite: ``nan`` and ``inf`` are usage errors.
+
+    Click's ranges let NaN through (every comparison with NaN is false), and a NaN deadline or
+    timeout would turn every bound off.
+    """
+    ctx = click.get_current_context()
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                flag = max(param.opts, key=len) if param.opts else param.name
+                raise UsageProblem(f"{flag} {v}: not a finite number")
+
+
+def _log_path(path: str) -> None:
+    """A --log file must be a file (a FIFO or device never ends: pipe it into ``--log -``)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise UsageProblem(f"--log {path}: no such file") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageProblem(f"--log {path}: is a directory, not a log file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageProblem(f"--log {path}: not a regular file (for a pipe or a stream, use --log - and pipe it in)")
+
+
+def validate_inputs(options: Options, deadline: Deadline | None = None) -> None:
+    """Fail fast (exit 3) on input files that cannot be read, before sending anything.
+
+    The request files are read here within the run's deadline (the clock started with the
+    command): a deadline that passes while reading them is exit 3, nothing having been sent.
+    """
+    from llmdoctor.deadline import DeadlineExceeded
+    from llmdoctor.redact import register_url_secrets
+    from llmdoctor.target import TargetError, check_url
+
     for path in options.evidence.logs:
-        if path != "-" and not os.path.isfile(path):
-            raise UsageProblem(f"--log {path}: no such file")
+        if path != "-":
+            _log_path(path)
+    for flag, url in (("--metrics-url", options.evidence.metrics_url),
+                      ("--gpu-metrics-url", options.evidence.gpu_metrics_url)):
+        register_url_secrets(url)
+        if url and "://" in url:
+            try:
+                check_url(url, flag)
+            except TargetError as exc:
+                raise UsageProblem(str(exc)) from None
     if options.workload.request_files:
         from llmdoctor.request_files import RequestFileError, load_requests
 
         try:
-            load_requests(options.workload.request_files)
+            load_requests(options.workload.request_files, deadline=deadline)
         except RequestFileError as exc:
             raise UsageProblem(str(exc)) from None
+        except DeadlineExceeded as exc:
+            raise UsageProblem(f"{exc}: nothing was sent") from None
+
+
+def check_client(target: Target, options: Options) -> None:
+    """Build the probe client the run will use (and close it): exit 3 when it cannot be built.
+
+    A CA bundle that does not load, a proxy from the environment that the client cannot use
+    (SOCKS without socksio, ``ftp://``, ``::::x``), a header it cannot encode: one line, before
+    any probing, never a skipped LD001 and exit 0.
+    """
+    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.target import TargetError
+
+    try:
+        client = ProbeClient(target, timeout_s=options.request.timeout_s, max_requests=1,
+                             insecure=options.network.insecure, ca_bundle=options.network.ca_bundle,
+                             other_origins=(options.evidence.metrics_url, options.evidence.gpu_metrics_url))
+    except TargetError as exc:
+        raise UsageProblem(str(exc)) from None
+    client.close()
 
 
 def require_format(fmt: str) -> None:

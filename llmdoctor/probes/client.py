@@ -52,12 +52,13 @@ from llmdoctor.clocks import header_clocks, llamacpp_clocks
 from llmdoctor.probes.lag import LagSampler
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
-from llmdoctor.redact import Redactor, redact_headers
-from llmdoctor.target import Target
+from llmdoctor.redact import Redactor, is_sensitive_header, mask_secret, redact_headers
+from llmdoctor.target import ClientSetupError, Target
 
 __all__ = [
     "ProbeClient",
     "BudgetExhausted",
+    "ClientSetupError",
     "DeadlineReached",
     "DEFAULT_MAX_BODY_BYTES",
     "MAX_RETRY_AFTER_S",
@@ -103,6 +104,12 @@ _HEADER_COUNTS = {
     "x-generated-tokens": "tgi.generated_tokens",
     "x-compute-characters": "tgi.compute_characters",
 }
+
+
+#: The largest CA bundle read (Mozilla's whole bundle is ~200 KiB).
+MAX_CA_BUNDLE_BYTES = 16 << 20
+_ssl_lock = threading.Lock()
+_ssl_contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}
 
 
 class BudgetExhausted(Exception):
@@ -459,9 +466,15 @@ class ProbeClient:
         trust_env: bool = True,
         deadline_at: float | None = None,
         lag: LagSampler | None = None,
+        other_origins: Iterable[str | None] = (),
     ) -> None:
         """`deadline_at`: the ``time.perf_counter()`` instant the whole run must end by (or None);
-        `lag`: the run's lag sampler, whose worst lag during each request is stamped on it."""
+        `lag`: the run's lag sampler, whose worst lag during each request is stamped on it.
+
+        `other_origins`: URLs on other origins the run will GET (a metrics exporter), so their
+        route (direct or proxied) is decided up front too. Raises `ClientSetupError` when the
+        client cannot be built.
+        """
         self.target = target
         self.lag = lag
         self.timeout_s = float(timeout_s)
@@ -484,37 +497,100 @@ class ProbeClient:
             headers[name] = value
         self.redactor = Redactor.for_request(target.api_key, list(headers.items()))
         self._credential_headers = [n for n in headers if n.lower() != "user-agent"]
+        self._user_headers = frozenset(name.lower() for name, _ in target.headers)
 
         # The SSL context is built here, eagerly (loading CA certificates takes tens of ms),
         # so that the cost is not billed to the first request's timings.
         self._ssl_context = self._make_ssl_context(insecure, ca_bundle)
         connect_s = min(self.timeout_s, 10.0)
-        self._client = httpx.Client(
-            headers=headers,
-            timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
-            follow_redirects=False,
-            verify=self._ssl_context,
-            http1=True,
-            http2=False,
-            trust_env=trust_env,
-        )
-        self.deadline_enforced = _install_deadline(self._client, self._deadline)
-        # Warm the request-building path (URL parsing, header encoding) without sending anything.
-        self._client.build_request("POST", self._url("/", False), content=b"{}")
+        credentials = bool(target.api_key) or any(is_sensitive_header(n) for n, _ in target.headers)
+        transport, mounts = self._transports(trust_env, list(other_origins), credentials=credentials)
+        try:
+            self._client = httpx.Client(
+                # Latin-1, as HTTP/1.1 carries header values (httpx would encode str values as ASCII).
+                headers={name.encode("ascii"): value.encode("latin-1") for name, value in headers.items()},
+                timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
+                follow_redirects=False,
+                transport=transport,
+                mounts=mounts,
+                trust_env=trust_env,
+            )
+            self.deadline_enforced = _install_deadline(self._client, self._deadline)
+            # Warm the request-building path (URL parsing, header encoding) without sending anything.
+            self._client.build_request("POST", self._url("/", False), content=b"{}")
+        except (httpx.InvalidURL, ValueError, TypeError, UnicodeError) as exc:
+            raise ClientSetupError(self.redactor.text(f"cannot build the HTTP client: {exc}")) from None
+
+    def _transports(self, trust_env: bool, others: list[str | None], *,
+                    credentials: bool) -> tuple[httpx.HTTPTransport, dict[str, httpx.BaseTransport]]:
+        """The endpoint's transport (direct or through its proxy) and one per other origin (`proxies`)."""
+        from llmdoctor.proxies import ProxyError, ProxySettings, Route, proxy_transport, route_for
+
+        options: dict[str, Any] = {"verify": self._ssl_context, "http1": True, "http2": False,
+                                   "trust_env": trust_env}
+
+        def route(scheme: str, host: str, port: int, creds: bool) -> Route:
+            return route_for(scheme, host, port, credentials=creds) if trust_env else Route(None, ProxySettings())
+
+        origin = urlsplit(self.target.base_url)
+        own = (origin.scheme, origin.hostname or "", origin.port or (443 if origin.scheme == "https" else 80))
+        self.route = route(*own, credentials)
+        try:
+            transport = proxy_transport(self.route, **options)
+            mounts: dict[str, httpx.BaseTransport] = {}
+            for url in others:
+                if not url or "://" not in url:
+                    continue  # a path on the endpoint's own origin
+                other = urlsplit(url)
+                key = (other.scheme, other.hostname or "", other.port or (443 if other.scheme == "https" else 80))
+                if key == own or other.scheme not in ("http", "https"):
+                    continue
+                host = f"[{key[1]}]" if ":" in key[1] else key[1]
+                mounts[f"{key[0]}://{host}:{key[2]}"] = proxy_transport(route(*key, False), **options)
+        except ProxyError as exc:
+            raise ClientSetupError(str(exc)) from None
+        return transport, mounts
 
     @staticmethod
     def _make_ssl_context(insecure: bool, ca_bundle: str | None) -> ssl.SSLContext:
+        """The SSL context for these settings (built once per process: loading certificates takes tens of ms)."""
+        key: tuple[Any, ...] = (insecure, ca_bundle)
+        if ca_bundle and not insecure:
+            import os
+            import stat
+
+            try:
+                st = os.stat(ca_bundle)
+            except OSError as exc:
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot read the CA bundle: "
+                                       f"{exc.strerror or exc}") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: not a regular file (a CA bundle is a PEM file of CA "
+                                       "certificates)")
+            if st.st_size > MAX_CA_BUNDLE_BYTES:
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: larger than {MAX_CA_BUNDLE_BYTES >> 20} MiB: "
+                                       "not a CA bundle of PEM certificates")
+            key = (insecure, ca_bundle, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _ssl_lock:
+            cached = _ssl_contexts.get(key)
+            if cached is not None:
+                return cached
         if insecure:
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-            return ctx
-        if ca_bundle:
+        elif ca_bundle:
             try:
-                return ssl.create_default_context(cafile=ca_bundle)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"cannot load CA bundle {ca_bundle!r}: {exc}") from None
-        return httpx.create_ssl_context()
+                ctx = ssl.create_default_context(cafile=ca_bundle)
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                raise ClientSetupError(f"--ca-bundle {ca_bundle}: cannot load the CA bundle as PEM certificates "
+                                       f"({reason})") from None
+        else:
+            ctx = httpx.create_ssl_context()
+        with _ssl_lock:
+            _ssl_contexts[key] = ctx
+        return ctx
 
     # -- context manager / lifecycle ------------------------------------------------------------
 
@@ -548,8 +624,10 @@ class ProbeClient:
 
     @property
     def request_headers(self) -> dict[str, str]:
-        """The headers sent with every request, sensitive values masked (for --verbose)."""
-        return redact_headers(self._client.headers)
+        """The headers sent with every request, for --verbose: sensitive values and the value of
+        every ``--header`` masked (the help promises those values are never printed)."""
+        return {name: mask_secret(value) if name in self._user_headers else value
+                for name, value in redact_headers(self._client.headers).items()}
 
     # -- public requests ------------------------------------------------------------------------
 

@@ -52,10 +52,20 @@ def idle_test(ctx: Context) -> IdleResult:
 
 
 def after_idle(ctx: Context, idle_s: float) -> IdleResult:
-    """Wait `idle_s` seconds, send one minimal request, compare with the warm baseline (1 request)."""
+    """Wait `idle_s` seconds, send one minimal request, compare with the warm baseline (1 request).
+
+    Within the run's deadline: a wait that would not leave time for its request before
+    ``--deadline`` is not started (unavailable, "deadline reached").
+    """
+    from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
 
     base = ctx.get(BASELINE)
+    left = ctx.time_left()
+    request_s = max(1.0, 2 * (base.total_p50_ms or 0.0) / 1000)  # room for the request after the wait
+    if left is not None and left < idle_s + request_s:
+        raise ProbeUnavailable(f"deadline reached: the idle wait of {idle_s:g} s and its request do not fit in "
+                               f"the {left:.1f} s left to --deadline {ctx.options.request.deadline_s:g} s")
     time.sleep(idle_s)
     after = ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, stream=True, extra={"model": base.model})
     return IdleResult(

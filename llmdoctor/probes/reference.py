@@ -44,17 +44,9 @@ def _probe(measurements: dict[str, Any], name: str, kind: type[T]) -> T | None:
 
 def reference_from_recording(path: str) -> Reference:
     """Read the reference from a recording file; raises `RecordingError` when unreadable."""
-    import json
+    from llmdoctor.recording import FORMAT, RecordingError, read_recording_json
 
-    from llmdoctor.recording import FORMAT, RecordingError
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise RecordingError(f"cannot read --compare {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RecordingError(f"--compare {path} is not JSON: {exc}") from None
+    data = read_recording_json(path, "--compare")
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("measurements"), dict):
         raise RecordingError(f"--compare {path} is not a baseline file (write one with --save-baseline)")
     measurements = data["measurements"]

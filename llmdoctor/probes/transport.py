@@ -25,8 +25,8 @@ From the probe client's own requests (the baseline's and every other one so far)
 opened a fresh connection and how many reused one, what a fresh connection cost
 (connect + TLS), and whether the server answers ``Connection: close``.
 
-From the environment: ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` (as ``urllib`` and
-httpx read them) and whether the endpoint goes through a proxy; credentials are masked.
+From the environment: ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` and whether the endpoint
+goes through a proxy, as `llmdoctor.proxies` decides it for the probe client; credentials are masked.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from llmdoctor.probes.catalog import BASELINE, DNS
 from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.target import display_url
+from llmdoctor.proxies import ProxySettings, proxy_settings
 
 if TYPE_CHECKING:
     import ssl
@@ -82,20 +82,6 @@ LATE_ANSWER_SLACK_MS = 1.0
 
 _UNREACHABLE = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN,
                 errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT}
-
-
-@dataclass
-class ProxySettings:
-    """Proxy variables of the environment and whether the endpoint goes through one."""
-
-    variables: dict[str, str] = field(default_factory=dict)
-    proxy_url: str | None = None
-    bypassed: bool = False
-
-    @property
-    def used(self) -> bool:
-        """The endpoint's requests go through a proxy."""
-        return self.proxy_url is not None and not self.bypassed
 
 
 @dataclass
@@ -269,18 +255,6 @@ class TransportResult:
     def fallback_stall_ms(self) -> float:
         """Time spent on failing addresses before one connected, as measured."""
         return sum(a.ms for a in self.failed_attempts)
-
-
-def proxy_settings(scheme: str, host: str) -> ProxySettings:
-    """The environment's proxy variables (masked) and the proxy, if any, for `scheme://host`."""
-    import urllib.request  # here, not at the top: it costs `llmdoctor checks` ~5 ms of start-up
-    found = urllib.request.getproxies()
-    variables = {f"{k}_proxy": display_url(v) for k, v in sorted(found.items()) if k != "no"}
-    if "no" in found:
-        variables["no_proxy"] = found["no"]
-    proxy = found.get(scheme) or found.get("all")
-    bypassed = bool(proxy) and bool(urllib.request.proxy_bypass(host))
-    return ProxySettings(variables=variables, proxy_url=display_url(proxy) if proxy else None, bypassed=bypassed)
 
 
 def keepalive_from(timings: list[RequestTiming]) -> KeepAlive:
@@ -471,7 +445,8 @@ def _first_connection(ctx: Context, result: TransportResult) -> socket.socket:
 def _measure(ctx: Context, result: TransportResult) -> TransportResult:
     target = ctx.target
     assert target is not None
-    result.proxy = proxy_settings(target.scheme, target.host)
+    result.proxy = proxy_settings(target.scheme, target.host, target.port,
+                                  credentials=bool(target.api_key or target.headers))
     timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.request.timeout_s)
     addresses, result.resolver = _addresses(ctx, target.host, target.port, ctx.cap_timeout(timeout_s))
     result.resolved = addresses[:MAX_ADDRESSES]

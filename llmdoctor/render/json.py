@@ -4,11 +4,20 @@ The layout is spelled out here field by field (not dumped from the
 dataclasses) so an internal rename cannot silently change the contract;
 ``llmdoctor/schema/report.schema.json`` describes it and tests validate
 every produced report against it.
+
+Whatever the measurements hold (a replayed recording with NaN, a clock that
+went backwards, a hand-edited file), the JSON is valid and within the schema:
+`sanitise` turns a non-finite number into null, a negative duration (a ``*_ms``
+field) into null where the schema allows it and 0 where it does not (a
+breakdown whose total is not a duration is dropped), a string that is not
+valid Unicode (a byte that was not UTF-8) into one with U+FFFD, and every
+string passes through the process-wide redaction.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from llmdoctor import __version__
@@ -17,19 +26,19 @@ from llmdoctor.probes.outcomes import ProbeTally
 from llmdoctor.render.diagnosis import diagnosis_to_dict
 from llmdoctor.report import Report
 
-__all__ = ["report_to_dict", "render_json", "MASK"]
+__all__ = ["report_to_dict", "render_json", "sanitise", "MASK"]
 
 MASK = "***"
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+    return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:
     value = MASK if e.sensitive else e.value
     if isinstance(value, float):
-        value = round(value, 3)
+        value = round(value, 3) if math.isfinite(value) else None
     return {"label": e.label, "value": value, "unit": e.unit, "source": e.source}
 
 
@@ -110,11 +119,58 @@ def _pair(values: tuple[float, float] | None, digits: int = 1) -> list[float] | 
     return None if values is None else [round(values[0], digits), round(values[1], digits)]
 
 
+# Durations the schema requires (never null): a negative one becomes 0.
+_REQUIRED_MS = frozenset({"duration_ms", "total_ms", "ms"})
+
+
+def _clean_text(text: str) -> str:
+    """`text` as valid Unicode: lone surrogates (undecodable bytes) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return text
+
+
+def sanitise(value: Any, key: str = "") -> Any:
+    """`value` with every number finite, every duration non-negative, every string valid and redacted."""
+    from llmdoctor.redact import redact_output
+
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return 0.0 if key in _REQUIRED_MS else None
+        if value < 0 and (key.endswith("_ms") or key == "ms"):
+            return 0.0 if key in _REQUIRED_MS else None
+        return value
+    if isinstance(value, int):
+        if value < 0 and (key.endswith("_ms") or key == "ms"):
+            return 0 if key in _REQUIRED_MS else None
+        return value
+    if isinstance(value, str):
+        return redact_output(_clean_text(value))
+    if isinstance(value, dict):
+        return {sanitise(k) if isinstance(k, str) else k: sanitise(v, k if isinstance(k, str) else "")
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitise(v, key) for v in value]
+    return value
+
+
+def _duration(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value >= 0
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
-    """The report as the JSON contract's plain dict."""
+    """The report as the JSON contract's plain dict (`sanitise`d)."""
+    return sanitise(_report_dict(report))
+
+
+def _report_dict(report: Report) -> dict[str, Any]:
     b = report.breakdown
     breakdown = None
-    if b is not None:
+    if b is not None and _duration(b.total_ms):
         breakdown = {
             "label": b.label,
             "total_ms": _round(b.total_ms),
@@ -130,7 +186,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "fixed_ms": _round(b.fixed_ms),
             "per_token_ms": _round(b.per_token_ms, 3),
             "typical_output_tokens": b.typical_output_tokens,
-            "sweep_points": [{"output_tokens": n, "total_ms": _round(ms)} for n, ms in b.sweep_points],
+            "sweep_points": [{"output_tokens": n, "total_ms": _round(ms)} for n, ms in b.sweep_points
+                             if _duration(ms)],
             "fixed_interval_ms": _pair(b.fixed_interval_ms),
             "per_token_interval_ms": _pair(b.per_token_interval_ms, 3),
             "fit_note": b.fit_note,
