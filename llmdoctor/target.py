@@ -104,7 +104,13 @@ def check_host(host: str, what: str = "endpoint URL") -> str:
             raise TargetError(f"{what}: {host!r} is not a valid international host name ({exc})") from None
     labels = name.split(".")
     if labels[-1].isdigit() or all(label.isdigit() for label in labels):
-        raise TargetError(f"{what}: {host!r} is not a valid IPv4 address")
+        import socket
+
+        try:
+            socket.inet_aton(name)  # the shorthands getaddrinfo and curl take too: 127.1, 10.1.2
+            return name
+        except OSError:
+            raise TargetError(f"{what}: {host!r} is not a valid IPv4 address") from None
     if len(name) > 253:
         raise TargetError(f"{what}: the host name is {len(name)} characters long; DNS allows 253")
     for label in labels:

@@ -24,7 +24,7 @@ MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
         (["check", "-e", "http://host:99999"], "invalid port"),
         (["check", "-e", "http://"], "no host"),
         (["check", "-e", "http://[::1"], "Invalid IPv6 URL"),
-        (["check", "-e", "ht!tp:/nope"], "invalid host in endpoint URL 'ht!tp:/nope'"),
+        (["check", "-e", "ht!tp:/nope"], "endpoint URL: 'ht!tp' is not a valid host name"),
         (["check", "--max-requests", "0"], "--max-requests"),
         (["check", "--no-such-flag"], "No such option"),
         (["explain", "LD999"], "no check"),

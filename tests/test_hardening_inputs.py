@@ -151,7 +151,7 @@ def test_a_ca_bundle_that_does_not_load_is_a_usage_error(capsys: pytest.CaptureF
 
 @pytest.mark.parametrize(("host", "fragment"), [("256.1.1.1", "not a valid IPv4 address"),
                                               ("☃.net", "not a valid international host name"),
-                                              ("nosuch.invalid", "cannot listen there")])
+                                              ("nosuch.invalid", "no such address on this host")])
 def test_serve_sim_on_a_host_it_cannot_bind_is_a_usage_error(capsys: pytest.CaptureFixture[str], host: str,
                                                              fragment: str) -> None:
     """`serve-sim --host 256.1.1.1` was an internal error (gaierror from the bind)."""

@@ -34,16 +34,17 @@ def test_a_bad_url_is_a_target_error_that_does_not_echo_the_password() -> None:
 
 
 @pytest.mark.parametrize(("url", "problem"), [
-    ("ht!tp:/nope", "'ht!tp' is not a host name"),  # the example: was sent to DNS, exit 2
-    ("http://exa mple.com", "'exa mple' in 'exa mple.com' is not a host name"),
-    ("http://-gpu-.example:8000", "'-gpu-' in"),
-    ("http://a..b", "empty label"),
-    ("http://999.1.1.1", "not an IPv4 address"),
-    ("http://" + "a" * 64 + ".com", "at most 63 characters"),
-    ("http://" + "a." * 127 + "com", "at most 253 characters"),
+    ("ht!tp:/nope", "'ht!tp' is not a valid host name"),  # the example: was sent to DNS, exit 2
+    ("http://exa mple.com", "a character URLs cannot carry (U+0020)"),
+    ("http://-gpu-.example:8000", "'-gpu-.example' is not a valid host name"),
+    ("http://gpu-.example:8000", "'gpu-.example' is not a valid host name"),  # no '-' at a label's end
+    ("http://a..b", "'a..b' is not a valid host name"),
+    ("http://999.1.1.1", "not a valid IPv4 address"),
+    ("http://" + "a" * 64 + ".com", "DNS allows 63"),
+    ("http://" + "a." * 127 + "com", "DNS allows 253"),
 ])
 def test_a_malformed_host_is_a_target_error(url: str, problem: str) -> None:
-    with pytest.raises(TargetError, match="invalid host in endpoint URL") as exc:
+    with pytest.raises(TargetError, match="endpoint URL") as exc:
         build_target(url, environ={})
     assert problem in str(exc.value)
 
