@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from llmdoctor import __version__
@@ -24,8 +25,10 @@ from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import Options, Target, display_url
 
-__all__ = ["FORMAT", "MAX_RECORDING_BYTES", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordingError", "load_recording",
-           "options_from_snapshot", "read_recording_json", "recording_dict"]
+__all__ = [
+    "FORMAT", "MAX_RECORDING_BYTES", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordedRun", "RecordingError",
+    "load_recorded_run", "load_recording", "options_from_snapshot", "read_recording_json", "recording_dict",
+]
 
 FORMAT = "llmdoctor-measurements"
 VERSION = 1
@@ -106,6 +109,9 @@ def recording_dict(report: Report, ctx: Context) -> dict[str, Any]:
         "options_version": OPTIONS_VERSION,
         "options": _scrub_options(to_data(ctx.options)),
         "measurements": ctx.measurements(),
+        # The checklist this run used: a replay reproduces this diagnosis by default (a probe that one
+        # selected check read optionally would otherwise let unselected checks run on its measurements).
+        "checks": [outcome.check_id for outcome in report.checks],
     }
     redactor = getattr(ctx._client, "redactor", None)
     if redactor is not None:
@@ -135,8 +141,20 @@ def read_recording_json(path: str, what: str = "") -> Any:
         raise RecordingError(f"{label} is not JSON: {exc}") from None
 
 
-def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
-    """Target, options and measurements of a recording file."""
+@dataclass(frozen=True)
+class RecordedRun:
+    """What a recording holds: the target, the options, the measurements and the checks the run used."""
+
+    target: Target
+    options: Options
+    measurements: dict[str, Any]
+    #: The ids of the checks the recorded run used (their order); empty in a recording made before
+    #: they were saved. A replay without --select/--ignore runs these, so it reproduces that diagnosis.
+    checks: tuple[str, ...] = ()
+
+
+def load_recorded_run(path: str) -> RecordedRun:
+    """The recorded run of a recording file (`RecordingError`, one line, for anything else)."""
     data = read_recording_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RecordingError(f"{path} is not a llmdoctor measurements file (saved with --save-measurements)")
@@ -152,7 +170,16 @@ def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
         base_url=endpoint if isinstance(endpoint, str) else "(recorded)",
         model=model if isinstance(model, str) else None,
     )
-    return target, options, measurements
+    checks = data.get("checks")
+    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+        checks = []
+    return RecordedRun(target, options, measurements, tuple(checks))
+
+
+def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
+    """Target, options and measurements of a recording file."""
+    run = load_recorded_run(path)
+    return run.target, run.options, run.measurements
 
 
 def _renamed_since(name: str, version: int) -> str | None:

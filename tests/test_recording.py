@@ -106,3 +106,23 @@ def test_a_version_1_snapshot_is_migrated_into_the_groups() -> None:
     _, options, _ = load_recording(str(FIXTURES / "v0.1-demo.json"))
     assert options.request.samples == 3 and options.gate.slos == ("ttft_p90=5000ms",)
     assert options.diagnosis.followup is False and options.request.sweep_max_tokens == (1, 16, 64)
+
+
+def test_a_replay_runs_the_recorded_checklist_unless_told_otherwise(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    """A run with --select records its checklist; replaying without --select runs that checklist.
+
+    The host probe is measured for the selected checks' confidence (its measurements are in the
+    file), yet LD208, which reads it, was not selected: the replay must not add it (it did, on a
+    busy machine, making "replay reproduces the diagnosis" fail).
+    """
+    saved = tmp_path / "m.json"
+    with SimServer(get_profile("demo")) as server:
+        live = run_cli(capsys, "check", "-e", server.url, "--json", "--select", "LD301,LD702",
+                       "--save-measurements", str(saved))
+    assert json.loads(saved.read_text())["checks"] == ["LD301", "LD702"]
+    replayed = run_cli(capsys, "replay", str(saved), "--json")
+    assert [c["check_id"] for c in replayed.report["checks"]] == ["LD301", "LD702"]
+    assert [f["check_id"] for f in replayed.report["findings"]] == [f["check_id"] for f in live.report["findings"]]
+    wider = run_cli(capsys, "replay", str(saved), "--json", "--select", "LD2")  # told otherwise
+    assert {c["check_id"] for c in wider.report["checks"]} >= {"LD208"}

@@ -123,17 +123,23 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
            compare_file: str | None, **export_values: Any) -> None:
     """Re-run the checks offline on measurements saved with --save-measurements.
 
-    With --slo / --compare, judge the recorded measurements by these objectives or this baseline.
+    Without --select/--ignore it runs the checks the recorded run used, so it gives that run's
+    diagnosis; with --slo / --compare, judge the recorded measurements by these objectives or this
+    baseline.
     """
-    from llmdoctor.recording import RecordingError, load_recording
+    from llmdoctor.recording import RecordingError, load_recorded_run
 
     try:
-        target, options, measurements = load_recording(recording)
+        run = load_recorded_run(recording)
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
+    target, options, measurements = run.target, run.options, run.measurements
     fmt = output_format(fmt, as_json, output)
     require_format(fmt)
     require_known_ids(select, ignore)
+    if not select and not ignore and run.checks:  # the recorded run's checklist (a plugin gone since: skipped)
+        gate = (*(("LD710",) if slos else ()), *(("LD711",) if compare_file else ()))
+        select = (",".join(dict.fromkeys((*run.checks, *gate))),)
     export = export_settings(export_values)
     if slos or compare_file:
         options = apply_gate(options, slos, compare_file or options.gate.compare_file)
