@@ -11,6 +11,7 @@ from llmdoctor.failures import counts_as_trouble
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.probes.lag import ClientHostResult
 from llmdoctor.probes.outcomes import ProbeTally, RequestLedger
+from llmdoctor.probes.timing import ErrorKind
 from llmdoctor.runner import CheckOutcome
 
 __all__ = [
@@ -97,12 +98,27 @@ class Accounting:
     #: Generation requests that ended in endpoint trouble (a refusal, a server error, a timeout, a cut
     #: or empty answer; a 400 the probes handle does not count): a run with any is never OK.
     troubled_generations: int = 0
+    #: Requests of any probe that never got an answer: refused, timed out, no TLS, no DNS (schema
+    #: 1.7). A run with any is never OK either, even when the checks that would say so were not
+    #: selected (``--select LD3`` against a server that is down).
+    unanswered: int = 0
 
     @classmethod
     def of(cls, ledger: RequestLedger) -> Accounting:
         """The accounting of a run's request ledger."""
         return cls(ledger.overall(), ledger.overall(generation_only=True), ledger.by_probe(),
-                   sum(1 for r in ledger.generations if counts_as_trouble(r)))
+                   sum(1 for r in ledger.generations if counts_as_trouble(r)),
+                   sum(1 for r in ledger.requests if r.error in _NO_ANSWER))
+
+    @property
+    def troubled(self) -> bool:
+        """Whether requests failed in a way that keeps the run from being OK."""
+        return bool(self.troubled_generations or self.unanswered)
+
+
+#: The errors of a request that got no answer at all (the endpoint down, unreachable or silent).
+_NO_ANSWER = frozenset({ErrorKind.REFUSED, ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.TLS,
+                        ErrorKind.DNS})
 
 
 @dataclass
@@ -143,12 +159,13 @@ class Report:
 
         An interrupted run (Ctrl-C) is incomplete: 3 UNKNOWN, unless it already found
         something critical (2). States rank OK < WARNING < UNKNOWN < CRITICAL, as Icinga ranks
-        them when it aggregates. Generation requests that failed make the run at least a WARNING, even
-        when no selected check reported them: a run whose requests failed is never OK.
+        them when it aggregates. Generation requests that failed, and requests of any probe that got
+        no answer, make the run at least a WARNING, even when no selected check reported them: a run
+        whose requests failed is never OK.
         """
         code = exit_code_for(self.findings, self.fail_on)
         if (code == ExitCode.OK and self.fail_on == "warning" and self.accounting is not None
-                and self.accounting.troubled_generations):
+                and self.accounting.troubled):
             code = ExitCode.WARNING
         if self.interrupted and code != ExitCode.CRITICAL:
             return ExitCode.UNKNOWN

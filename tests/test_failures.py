@@ -184,3 +184,19 @@ def test_nginx_limit_req_answering_429_is_rate_limiting_counted_from_its_own_log
     assert evidence["failed"] == generation["failed"], (evidence, generation)
     assert code >= 1 and report["status"] != "ok"
     assert "LD305" not in all_finding_ids(report)
+
+
+def test_a_run_whose_requests_got_no_answer_is_never_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--select LD3`` against a server that is down: every selected check is skipped (their probes
+    had no answer) and LD001, which would say so, is not selected — the run exited 0 (OK) before."""
+    import socket
+
+    with socket.socket() as closed:  # a port on this host where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = run_cli(capsys, "check", "-e", f"http://127.0.0.1:{port}", "--select", "LD3", "--json")
+    assert down.report["requests"]["unanswered"] >= 1 and down.report["findings"] == []
+    assert down.code == 1 and down.report["status"] == "warning"
+    with SimServer(get_profile("healthy")) as server:  # control: the same selection on a server that answers
+        up = run_cli(capsys, "check", "-e", server.url, "--select", "LD3", "--json")
+    assert up.report["requests"]["unanswered"] == 0 and up.code == 0

@@ -145,7 +145,7 @@ def run_lines(report: Report) -> list[tuple[str, bool]]:
         out.append((host.line(), host.saturated))
     requests = accounting_line(report)
     if requests is not None:
-        out.append((requests, bool(report.accounting and report.accounting.troubled_generations)))
+        out.append((requests, bool(report.accounting and report.accounting.troubled)))
     return out
 
 

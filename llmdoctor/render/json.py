@@ -101,7 +101,8 @@ def _requests(report: Report) -> dict[str, Any]:
     if a is not None:
         out.update({"ok": a.overall.ok, "failed": a.overall.failed, "retried": a.overall.retried,
                     "success_ratio": _tally(a.overall)["success_ratio"], "generation": _tally(a.generation),
-                    "troubled_generations": a.troubled_generations, "by_probe": [_tally(t) for t in a.by_probe]})
+                    "troubled_generations": a.troubled_generations, "unanswered": a.unanswered,
+                    "by_probe": [_tally(t) for t in a.by_probe]})
     return out
 
 
