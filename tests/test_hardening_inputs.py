@@ -415,3 +415,13 @@ def test_replayed_nan_and_negative_timings_give_valid_json(capsys: pytest.Captur
     report = result.report  # parsed and validated against the schema
     assert "NaN" not in result.out and "\udcff" not in result.out and result.out.encode("utf-8")
     assert report["breakdown"] is None or report["breakdown"]["total_ms"] >= 0
+
+
+def test_a_fit_interval_below_zero_is_kept_not_nulled() -> None:
+    """The robust fit's interval may reach below 0 ("fixed cost −12 to 40 ms": not determined); the
+    pass that nulls negative durations must leave it, or the report breaks its own schema
+    (``[None, 40.0]``: found on real llama.cpp, where the intercept is near zero)."""
+    from llmdoctor.render.json import sanitise
+
+    data = sanitise({"fixed_interval_ms": [-12.5, 40.0], "fixed_ms": None, "total_ms": -3.0, "ttft_ms": -1.0})
+    assert data == {"fixed_interval_ms": [-12.5, 40.0], "fixed_ms": None, "total_ms": 0.0, "ttft_ms": None}

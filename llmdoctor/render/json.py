@@ -133,6 +133,12 @@ def _clean_text(text: str) -> str:
     return text
 
 
+def _duration_key(key: str) -> bool:
+    """Whether `key` names a duration (never negative); a fit's interval may reach below 0 (a fixed cost
+    of "-12 to 40 ms" is what the robust fit says: not determined), so ``*_interval_ms`` are not."""
+    return (key.endswith("_ms") or key == "ms") and not key.endswith("_interval_ms")
+
+
 def sanitise(value: Any, key: str = "") -> Any:
     """`value` with every number finite, every duration non-negative, every string valid and redacted."""
     from llmdoctor.redact import redact_output
@@ -142,11 +148,11 @@ def sanitise(value: Any, key: str = "") -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             return 0.0 if key in _REQUIRED_MS else None
-        if value < 0 and (key.endswith("_ms") or key == "ms"):
+        if value < 0 and _duration_key(key):
             return 0.0 if key in _REQUIRED_MS else None
         return value
     if isinstance(value, int):
-        if value < 0 and (key.endswith("_ms") or key == "ms"):
+        if value < 0 and _duration_key(key):
             return 0 if key in _REQUIRED_MS else None
         return value
     if isinstance(value, str):
