@@ -49,6 +49,11 @@ class PromptTokenCount(Check):
     Estimates without a tokenizer can be off by a factor of 1.5 either way
     (code and non-English text use more tokens a character). Prefix caching
     makes a repeated prefix cheaper than the measured cost per token.
+    The cost per prompt token is the server's own when its clock timed the
+    probe's short and long prompt (llama.cpp ``timings.prompt_ms``); otherwise
+    it is inferred from the client's times to first token, which also count
+    whatever in front of the server grows with the prompt (a gateway that
+    scans the body, a slow upload). The evidence names which.
     """
 
     id = "LD101"
@@ -75,6 +80,9 @@ class PromptTokenCount(Check):
             evidence.append(Evidence("estimate band (largest prompt)", f"{max(lows):,}–{max(highs):,}", "tokens"))
         if window:
             evidence.append(Evidence("context window", window, "tokens", counted.window_source))
+        if costs.prefill_ms is not None:
+            evidence.append(Evidence(f"prefill per prompt token ({costs.prefill_clock} clock)",
+                                     round(costs.prefill_ms, 3), "ms", costs.prefill_basis))
         for note in counted.notes:
             evidence.append(Evidence("note", note))
 

@@ -5,6 +5,12 @@ probe's ms per prompt token, output tokens by the sweep fit's ms per output
 token. When a cost was not measured it is None and `basis` says so, so a
 finding states what its estimate rests on instead of inventing a number.
 
+The prefill cost names its clock (`TokenCosts.prefill_clock`): the server's
+own prompt clock when it timed both of the probe's prompts (llama.cpp
+``timings.prompt_ms``: ``server_body``), else ``inferred`` from the client's
+times to first token, which include whatever grows with the prompt in front
+of the server (a gateway scanning the body, the upload).
+
 A check calling `token_costs` declares `TOKEN_COSTS` among its optional probes.
 """
 
@@ -13,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmdoctor.attribution import Clock
 from llmdoctor.context import Context
 from llmdoctor.probes.catalog import PREFILL, SWEEP
 from llmdoctor.probes.contract import AnyProbe
@@ -32,6 +39,8 @@ class TokenCosts:
     prefill_basis: str
     decode_ms: float | None
     decode_basis: str
+    #: The clock behind `prefill_ms`: a server clock's origin (``server_body``...) or ``inferred``.
+    prefill_clock: str = Clock.INFERRED
 
     def prefill(self, tokens: float) -> float | None:
         """Estimated prefill time of `tokens` prompt tokens (None when not measured)."""
@@ -45,9 +54,17 @@ class TokenCosts:
 def token_costs(ctx: Context) -> TokenCosts:
     """The run's measured per-token costs (never sends requests itself: probes do)."""
     prefill = ctx.optional(PREFILL)
-    if prefill is not None and prefill.reliable:
-        p_ms: float | None = prefill.per_token_ms
-        p_basis = f"measured prefill {prefill.per_token_ms:.3f} ms/prompt token (short vs long prompt TTFT)"
+    p_clock = Clock.INFERRED
+    if prefill is not None and prefill.server_per_token_ms is not None and prefill.server_per_token_ms > 0:
+        p_ms: float | None = prefill.server_per_token_ms
+        p_clock = prefill.server_clock or Clock.INFERRED
+        p_basis = (f"server-measured prefill {prefill.server_per_token_ms:.3f} ms/prompt token "
+                   f"({prefill.server_source} of a short vs a long prompt)")
+    elif prefill is not None and prefill.reliable:
+        p_ms = prefill.per_token_ms
+        why = prefill.server_note or "no server clock timed the prompt"
+        p_basis = (f"prefill {prefill.per_token_ms:.3f} ms/prompt token inferred from the client's time to "
+                   f"first token of a short vs a long prompt ({why})")
     else:
         p_ms, p_basis = None, "prefill cost per prompt token not measured (no endpoint, or the probe failed)"
     sweep = ctx.optional(SWEEP)
@@ -57,7 +74,7 @@ def token_costs(ctx: Context) -> TokenCosts:
         d_basis = f"measured decode {fit.per_token_ms:.1f} ms/output token (output-length sweep fit)"
     else:
         d_ms, d_basis = None, "decode cost per output token not measured (no endpoint, or the sweep failed)"
-    return TokenCosts(p_ms, p_basis, d_ms, d_basis)
+    return TokenCosts(p_ms, p_basis, d_ms, d_basis, p_clock)
 
 
 def distribution(values: Sequence[float], unit: str = "") -> str:

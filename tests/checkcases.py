@@ -13,7 +13,8 @@ A case is a JSON file under ``fixtures/<CHECK_ID>/``::
 
 `expect.findings` lists exactly the findings the check must produce, in
 order; each entry may constrain severity, confidence, title_contains,
-message_contains, and min_impact_ms / max_impact_ms.
+message_contains, basis_contains (the impact's basis), evidence_contains (a
+label or source of one of its evidence items), and min_impact_ms / max_impact_ms.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def assert_outcome(outcome: CheckOutcome, expect: dict[str, Any], where: str = "
             assert want["title_contains"].lower() in finding.title.lower(), f"{prefix}{finding.title!r}"
         if "message_contains" in want:
             assert want["message_contains"].lower() in finding.message.lower(), f"{prefix}{finding.message!r}"
+        if "basis_contains" in want:
+            assert want["basis_contains"].lower() in finding.impact_basis.lower(), f"{prefix}{finding.impact_basis!r}"
+        if "evidence_contains" in want:
+            needle = want["evidence_contains"].lower()
+            assert any(needle in f"{e.label} {e.source}".lower() for e in finding.evidence), (
+                f"{prefix}{[(e.label, e.source) for e in finding.evidence]}")
         if "min_impact_ms" in want:
             assert finding.impact_ms is not None and finding.impact_ms >= want["min_impact_ms"], prefix
         if "max_impact_ms" in want:

@@ -7,7 +7,19 @@ the window is small). The difference of their times to first token over the diff
 their prompt lengths is the prefill cost per prompt token, which the input and
 parameter checks multiply by the tokens a request spends.
 
-Each prompt starts with a fresh random nonce so a prefix cache cannot serve it.
+When the server's own clock timed the prompt of both requests (llama.cpp's
+``timings.prompt_ms`` in the final stream chunk), the same difference by that
+clock is kept too (`server_rate`): it excludes whatever the client's clock adds
+in front of the server (a gateway that scans the body, a slow upload), so the
+costs prefer it (`llmdoctor.costs`). A clock that cannot be true for the
+client's own measurement of the request (`llmdoctor.clocks.judge`: negative,
+longer than the client's wait for the first token) is set aside, and a prompt
+clock that does not grow with the prompt is not used; the note says why.
+Metrics histograms are not used here: they are means over scrapes around the
+baseline's short prompts, not timings of these two requests.
+
+Each prompt starts with a fresh random nonce so a prefix cache cannot serve it
+(a prefix both share, the chat template's, cancels out in the difference).
 The probe runs only after the baseline succeeded, so a dead endpoint costs no
 extra requests.
 """
@@ -17,12 +29,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from llmdoctor.clocks import judge
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
+from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming
 
-__all__ = ["PrefillResult", "prefill"]
+__all__ = ["PrefillResult", "ServerRate", "prefill", "server_rate"]
 
 SHORT_WORDS = 30
 LONG_WORDS = 1000
@@ -40,11 +54,51 @@ class PrefillResult:
     tokens_source: str  # "usage" (server-reported prompt_tokens) or "estimate (words)"
     #: The worst scheduling lag of llmdoctor while the two requests ran (ms; None: not measured).
     lag_ms: float | None = None
+    #: The same cost by the server's own prompt clock (None: no usable server clock; `server_note` says why).
+    server_per_token_ms: float | None = None
+    #: That clock's field (``timings.prompt_ms``) and origin (``server_body``, ``server_header``).
+    server_source: str = ""
+    server_clock: str = ""
+    server_note: str = ""
 
     @property
     def reliable(self) -> bool:
         """False when the long prompt was not measurably slower (noise dominates)."""
         return self.long_ttft_ms > self.short_ttft_ms and self.per_token_ms > 0
+
+
+@dataclass(frozen=True)
+class ServerRate:
+    """The prefill cost per prompt token by the server's own clock, or why there is none."""
+
+    per_token_ms: float | None
+    source: str = ""
+    clock: str = ""
+    note: str = ""
+
+
+def server_rate(short: RequestTiming, long: RequestTiming, short_tokens: int, long_tokens: int) -> ServerRate:
+    """(long prompt's server prefill − short's) / (long_tokens − short_tokens), when the server timed both.
+
+    Only a request's own clocks count (its headers and body, judged against the client's clock of the
+    same request); a clock set aside for one of them leaves no rate, with the reason.
+    """
+    clocks, aside = [], []
+    for t in (short, long):
+        cs = judge(t)
+        clocks.append(cs.accepted.get(ClockKind.PREFILL))
+        own = {c.source for c in t.server_clocks if c.kind == ClockKind.PREFILL}
+        aside += [why for why in cs.set_aside if any(why.startswith(source) for source in own)]
+    if aside:
+        return ServerRate(None, note="; ".join(aside))
+    a, b = clocks
+    if a is None or b is None or a.origin == ClockOrigin.METRICS or b.origin == ClockOrigin.METRICS:
+        return ServerRate(None, note="no server clock timed the prompt of these requests")
+    if long_tokens <= short_tokens or b.ms <= a.ms:
+        return ServerRate(None, a.source, a.origin,
+                          f"the server's {a.source} did not grow with the prompt ({a.ms:,.1f} ms for "
+                          f"{short_tokens:,} tokens, {b.ms:,.1f} ms for {long_tokens:,}): not used")
+    return ServerRate((b.ms - a.ms) / (long_tokens - short_tokens), a.source, a.origin)
 
 
 def _prompt(words: int, rng: random.Random) -> str:
@@ -77,5 +131,7 @@ def prefill(ctx: Context) -> PrefillResult:
     assert short.ttft_ms is not None and long.ttft_ms is not None
     per_token = max(0.0, (long.ttft_ms - short.ttft_ms) / (long_tokens - short_tokens))
     lags = [t.client_lag_ms for t in timings if t.client_lag_ms is not None]
+    rate = server_rate(short, long, short_tokens, long_tokens)
     return PrefillResult(short_tokens, long_tokens, short.ttft_ms, long.ttft_ms, per_token, source,
-                         lag_ms=max(lags) if lags else None)
+                         lag_ms=max(lags) if lags else None, server_per_token_ms=rate.per_token_ms,
+                         server_source=rate.source, server_clock=rate.clock, server_note=rate.note)
