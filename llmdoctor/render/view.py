@@ -335,10 +335,10 @@ def _waterfall(report: Report, options: ViewOptions) -> Section | None:
         return None
     rows = tuple(PhaseRow(p.name, p.ms, p.ms / b.total_ms if b.total_ms > 0 else 0.0, _phase_note(p.note, p))
                  for p in b.phases)
-    blocks: list[Block] = [Waterfall(b.total_ms, rows)]
+    # The split first: at 80 columns the table's wrapped notes would push it off the first screen.
     split = split_summary(b)
-    if split is not None:
-        blocks.append(Para((Span(split, "bold"),)))
+    blocks: list[Block] = [Para((Span(split, "bold"),))] if split is not None else []
+    blocks.append(Waterfall(b.total_ms, rows))
     blocks.append(Para((Span(_percentiles(b)),), dim=True))
     fit = fit_summary(b)
     if fit is not None:

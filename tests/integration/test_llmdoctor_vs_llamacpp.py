@@ -253,6 +253,28 @@ def test_long_prompt_costs_more_time_to_first_token(full_run: dict[str, Any]) ->
     assert ld101[0]["impact_ms"] and ld101[0]["impact_ms"] > 0
 
 
+PROMPT_EVAL = re.compile(r"llama_perf_context_print: prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
+
+
+def test_without_a_server_prompt_clock_the_prefill_cost_says_it_is_inferred(full_run: dict[str, Any]) -> None:
+    """Control of the server-clocked prefill cost (tests/test_prefill_clock.py): llama-cpp-python sends no
+    ``timings``, so the cost LD101 uses is the client's estimate, and its basis and evidence say so.
+
+    The server's own log (its perf line after each of the prefill probe's two fresh prompts, the longest
+    prompt of the run and the one before it) gives the rate by its clock: printed beside the estimate.
+    """
+    prefill = _probe(full_run["measurements"], "prefill")
+    assert prefill["server_per_token_ms"] is None and "no server clock" in prefill["server_note"], prefill
+    (ld101,) = [f for f in full_run["report"]["findings"] if f["check_id"] == "LD101"]
+    assert "inferred from the client's time to first token" in ld101["impact_basis"], ld101["impact_basis"]
+    assert any("(inferred clock)" in e["label"] for e in ld101["evidence"]), ld101["evidence"]
+    lines = [(float(ms), int(n)) for ms, n in PROMPT_EVAL.findall(full_run["log"])]
+    longest = max(range(len(lines)), key=lambda i: lines[i][1])
+    (short_ms, short_n), (long_ms, long_n) = lines[longest - 1], lines[longest]
+    print(f"\nprefill probe: {prefill}\nserver log: short {short_ms} ms / {short_n} tokens, long {long_ms} ms / "
+          f"{long_n} tokens: {(long_ms - short_ms) / (long_n - short_n):.3f} ms a prompt token by the server")
+
+
 def test_log_scan_reports_no_errors_in_a_healthy_llamacpp_log(full_run: dict[str, Any]) -> None:
     """No error in the log, except the 400s of the prompts over n_ctx that test_llamacpp_server.py sent
     to this session server before us (uvicorn's access lines: LD209 counts them, at low confidence)."""
