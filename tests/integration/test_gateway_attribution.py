@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import random
 import re
-import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,12 +34,12 @@ from typing import Any
 import pytest
 from llmdoctor.checks.ld411_in_front_of_server import IN_FRONT_SHARE, MIN_IN_FRONT_MS
 
-from llmdoctor.attribution import join
+from llmdoctor.attribution import Joined, join
 from llmdoctor.clocks import judge
+from llmdoctor.delivery import stream_shape
 from llmdoctor.doctor import diagnose
 from llmdoctor.probes.client import ProbeClient
 from llmdoctor.probes.prompt_size import filler_prompt
-from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.render.json import report_to_dict
 from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, Status
@@ -299,11 +298,14 @@ def test_the_joined_server_time_agrees_with_llamacpps_own_log(llama_server: Llam
 
 
 LONG_PROMPT_WORDS = 400  # ~1,000 tokens of this GGUF's vocabulary: ~0.85 ms each on 2 quiet cores
-PART_REQUESTS = 3
+PART_REQUESTS = 5
+#: The log's own parts must add up to its total: what neither covers (sampling, detokenizing, SSE:
+#: 2-4 ms a token, 13-32% of the eval time measured) stays under half of the eval time.
+LOG_GAP_SHARE = 0.5
 
 
-def _phase_ms(t: RequestTiming, name: str) -> float:
-    return next(p.ms for p in join(t, judge(t)).phases if p.name == name)
+def _phase_ms(j: Joined, name: str) -> float:
+    return next(p.ms for p in j.phases if p.name == name)
 
 
 def test_the_joined_prefill_and_decode_agree_with_llamacpps_own_log(llama_server: LlamaCppServer) -> None:
@@ -321,9 +323,13 @@ def test_the_joined_prefill_and_decode_agree_with_llamacpps_own_log(llama_server
       tokens``, and the one token is counted as an ``eval`` run. So each prompt here is fresh (a random
       nonce after the chat template's first ~8 tokens) and ~1,000 tokens long, and the test asserts that
       the log evaluated it (``remaining N prompt tokens``).
-    - The first request after the server started is timed apart from the others (measured: ``0.14 ms /
-      34 tokens`` of prompt with ``12,108 ms / 7 runs`` of eval, the next request 141 ms a run; on
-      another start 3,231 ms of prompt eval for a 6,432 ms wait): one warm-up request goes first.
+    - llama.cpp adds a decode's time to its counters at the next ``synchronize()``; some decodes are not
+      counted at all, and the log's parts then fall short of its own ``total time``: short prompts logged
+      ``0.06 ms / 33 tokens``, ``0.09 ms / 87 tokens`` (the prefill probe's ``max_tokens=1``), the first
+      request after a start ``0.14 ms / 34 tokens`` (its ``eval`` 12,108 ms for 7 runs at 141 ms), and a
+      1,000-token prompt (two 512-token batches) ``557.6 ms`` for a 1,145.9 ms wait, its total leaving
+      651 ms outside both parts where the others leave 59-64. A request whose log does not add up
+      (`LOG_GAP_SHARE`) is not compared, and a warm-up request goes first.
     - ``eval time`` is the forward passes of the output tokens only; between two tokens the server also
       samples, detokenizes and sends the SSE event (its Python API: 2–4 ms a token here, 12–37% of an
       8–14 ms forward pass, measured). The decode the client sees is that whole span, which the log
@@ -331,32 +337,46 @@ def test_the_joined_prefill_and_decode_agree_with_llamacpps_own_log(llama_server
       is what is compared, and ``eval time`` is printed beside it.
     - Prefill: ``prompt eval time`` against the joined wait for the first token (measured 1,232 vs
       1,244 ms, 3,914 vs 3,924 ms). Both spans are the server's wall clock, so a busy host stretches
-      them alike; a host that starved the server's event loop once held a whole answer until its end
-      (66 tokens in one read): the median of three requests' ratios is compared.
+      them alike; but a host that starves the server's event loop holds a whole answer until its end
+      (32 tokens in 28 ms after a 1,669 ms wait for the first, the log's decode 456 ms): the stream's
+      shape against the log's own decode (`llmdoctor.delivery`) finds it held, and it is not compared.
+
+    Each compared request must agree within 15% on both parts, and at least two of five must be
+    comparable.
     """
     target = Target(llama_server.base_url, model="tiny-llama")
     rng = random.Random()
-    with ProbeClient(target, timeout_s=120, max_requests=PART_REQUESTS + 2) as client:
+    rows, skipped = [], []
+    with ProbeClient(target, timeout_s=300, max_requests=PART_REQUESTS + 2) as client:  # a starved host
         assert client.chat(filler_prompt(20, rng), max_tokens=2).ok  # the warm-up
-        rows = []
         for _ in range(PART_REQUESTS):
             offset = len(llama_server.log_text())
             t = client.chat(filler_prompt(LONG_PROMPT_WORDS, rng), max_tokens=32, extra=NO_EOS)
-            assert t.ok and t.output_tokens == 32, t
+            assert t.ok and t.output_tokens >= 32, t  # a multi-byte piece may come as more events
             (hit,) = _logged(llama_server, offset, PREFIX_HIT, 1)
             (prompt,) = _logged(llama_server, offset, PERF_PROMPT, 1)
             (total,) = _logged(llama_server, offset, PERF_TOTAL, 1)
             (runs,) = _logged(llama_server, offset, PERF_EVAL, 1)
             evaluated = int(prompt.group(2))
-            assert evaluated == int(hit.group(2)) and evaluated >= 500, (hit.group(0), prompt.group(0))
-            log_prefill = float(prompt.group(1))
+            # batches of 512: a last batch of one token counts as an eval run (measured: 1,025 to eval, 1,024 logged)
+            assert 0 <= int(hit.group(2)) - evaluated <= 1 and evaluated >= 500, (hit.group(0), prompt.group(0))
+            log_prefill, log_eval = float(prompt.group(1)), float(runs.group(1))
             log_decode = float(total.group(1)) - log_prefill
-            rows.append((_phase_ms(t, "wait for first token"), log_prefill, _phase_ms(t, "decode"), log_decode,
-                         float(runs.group(1))))
+            shape = stream_shape(t, None, log_decode, "llama.cpp log: total - prompt eval time")
+            j = join(t, judge(t), shape)
+            row = (_phase_ms(j, "wait for first token"), log_prefill, _phase_ms(j, "decode"), log_decode, log_eval)
+            if log_decode - log_eval > LOG_GAP_SHARE * log_eval:
+                skipped.append(("the log's parts fall short of its total", row))
+            elif shape is not None and shape.held:
+                skipped.append((f"held on the way ({shape.pattern})", row))
+            else:
+                rows.append(row)
     print("\n(joined prefill, logged prompt eval, joined decode, logged total - prompt eval, logged eval) ms:")
     for row in rows:
         print("  " + ", ".join(f"{x:,.1f}" for x in row))
-    prefill_ratio = statistics.median(joined / logged for joined, logged, *_ in rows)
-    decode_ratio = statistics.median(joined / logged for _, _, joined, logged, _ in rows)
-    assert abs(prefill_ratio - 1) <= LOG_TOLERANCE, (prefill_ratio, rows)
-    assert abs(decode_ratio - 1) <= LOG_TOLERANCE, (decode_ratio, rows)
+    for why, row in skipped:
+        print(f"  not compared, {why}: " + ", ".join(f"{x:,.1f}" for x in row))
+    assert len(rows) >= 2, skipped
+    for prefill, log_prefill, decode, log_decode, _ in rows:
+        assert abs(prefill - log_prefill) <= LOG_TOLERANCE * log_prefill, (rows, skipped)
+        assert abs(decode - log_decode) <= LOG_TOLERANCE * log_decode, (rows, skipped)
