@@ -112,9 +112,7 @@ def _prompt_size_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2),
-            request("POST", f"{e.root}/tokenize", '{"messages": [the short and the long prompt]}', 6,
-                    "only when the answers carry no usage: the server's tokenizer counts the prompts")]
+    return [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2)]
 
 
 def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:

@@ -20,10 +20,8 @@ baseline's short prompts, not timings of these two requests.
 
 Each prompt starts with a fresh random nonce so a prefix cache cannot serve it
 (a prefix both share, the chat template's, cancels out in the difference).
-The prompt tokens are the answers' usage; without it (llama-cpp-python's
-streams) the server's tokenizer counts both prompts (up to 6 more requests),
-else 1.3 tokens a word is assumed. The probe runs only after the baseline
-succeeded, so a dead endpoint costs no extra requests.
+The probe runs only after the baseline succeeded, so a dead endpoint costs no
+extra requests.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ class PrefillResult:
     short_ttft_ms: float
     long_ttft_ms: float
     per_token_ms: float
-    tokens_source: str  # "usage" (server-reported prompt_tokens), "server tokenizer (...)" or "estimate (...)"
+    tokens_source: str  # "usage" (server-reported prompt_tokens) or "estimate (words)"
     #: The worst scheduling lag of llmdoctor while the two requests ran (ms; None: not measured).
     lag_ms: float | None = None
     #: The same cost by the server's own prompt clock (None: no usable server clock; `server_note` says why).
@@ -108,20 +106,6 @@ def _prompt(words: int, rng: random.Random) -> str:
     return filler_prompt(max(1, words - 12), rng)
 
 
-def _server_counts(ctx: Context, prompts: list[str], model: str | None) -> tuple[int, int, str] | None:
-    """The two prompts' tokens by the server's own tokenizer, when its answers carried no usage
-    (llama-cpp-python's streams): measured there, its vocabulary spends ~2.5 tokens on a filler word,
-    and 1.3 a word halved the token difference, doubling the cost per token (11.7 ms, the server's
-    log 5.2)."""
-    from llmdoctor.probes.tokens import count_messages
-
-    counted = count_messages(ctx, [[{"role": "user", "content": p}] for p in prompts], model)
-    if counted is None:
-        return None
-    (short, long), how = counted
-    return (short, long, f"server tokenizer ({how})") if 0 < short < long else None
-
-
 def prefill(ctx: Context) -> PrefillResult:
     """Measure the prefill cost per prompt token with one short and one long prompt."""
     if ctx.optional(BASELINE) is None:
@@ -131,18 +115,15 @@ def prefill(ctx: Context) -> PrefillResult:
     long_words = long_prompt_words(ctx, LONG_WORDS, min_words=SHORT_WORDS * 2)
     rng = random.Random()
     extra = {"model": model} if model else None
-    prompts = [_prompt(words, rng) for words in (SHORT_WORDS, long_words)]
     timings = []
-    for words, prompt in zip((SHORT_WORDS, long_words), prompts):
-        timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra=extra)
+    for words in (SHORT_WORDS, long_words):
+        timing = ctx.client.chat(_prompt(words, rng), max_tokens=1, stream=True, extra=extra)
         if not timing.ok or timing.ttft_ms is None:
             raise ProbeUnavailable(f"prefill request ({words} words) failed: {describe_failure(timing)}")
         timings.append(timing)
     short, long = timings
     if short.prompt_tokens and long.prompt_tokens and long.prompt_tokens > short.prompt_tokens:
         short_tokens, long_tokens, source = short.prompt_tokens, long.prompt_tokens, "usage"
-    elif (counted := _server_counts(ctx, prompts, model)) is not None:
-        short_tokens, long_tokens, source = counted
     else:
         # Common English words are about 1.3 tokens each with BPE vocabularies.
         short_tokens, long_tokens = round(SHORT_WORDS * 1.3), round(long_words * 1.3)

@@ -273,11 +273,6 @@ def test_without_a_server_prompt_clock_the_prefill_cost_says_it_is_inferred(full
     (short_ms, short_n), (long_ms, long_n) = lines[longest - 1], lines[longest]
     print(f"\nprefill probe: {prefill}\nserver log: short {short_ms} ms / {short_n} tokens, long {long_ms} ms / "
           f"{long_n} tokens: {(long_ms - short_ms) / (long_n - short_n):.3f} ms a prompt token by the server")
-    # Its streams carry no usage: the server's tokenizer counted the prompts (1.3 tokens a word, the
-    # fallback, counted 1,261 where the server evaluated 2,429 more tokens and doubled the cost a token).
-    assert prefill["tokens_source"].startswith("server tokenizer"), prefill
-    difference, evaluated = prefill["long_tokens"] - prefill["short_tokens"], long_n - short_n
-    assert abs(difference - evaluated) <= 0.05 * evaluated, (difference, evaluated)
 
 
 def test_log_scan_reports_no_errors_in_a_healthy_llamacpp_log(full_run: dict[str, Any]) -> None:
