@@ -28,8 +28,8 @@ def _host_pressure(host: ClientHostResult | None, held: list[StreamShape]) -> st
         why.append(f"the client host was saturated: {host.readings()}")
     if lag_noisy(held):
         lags = [s.client_lag_ms for s in held if s.client_lag_ms is not None]
-        why.append(f"llmdoctor itself woke up to {statistics.median(lags):,.0f} ms late (median) while the held "
-                   "answers streamed")
+        why.append(f"llmdoctor's own worst scheduling lag while each held answer streamed was "
+                   f"{statistics.median(lags):,.0f} ms (median)")
     return "; ".join(why)
 
 
@@ -131,14 +131,14 @@ class HeldBackStream(Check):
         pressure = "" if any(s.server_clocked for s in held) else _host_pressure(ctx.optional(CLIENT_HOST), held)
         hops = hop_headers(att.proxy_headers)
         short, whole = whole_short_answers(att.shapes)
-        if pressure and not (hops and len(whole) >= MIN_HELD_STREAMS and len(whole) >= HELD_MAJORITY * len(short)):
+        held_whole = len(whole) >= MIN_HELD_STREAMS and len(whole) >= HELD_MAJORITY * len(short)
+        if pressure and not (hops and held_whole):
             raise CheckSkipped(
                 f"{len(held)} of {len(judged)} streamed answers arrived late or in bursts, but the only token clock is "
                 f"the output-length sweep's decode rate, measured by this client, and {pressure}: a client starved "
                 "of CPU reads the socket late and sees the tokens in bursts as a buffering hop would show them"
                 + ("" if hops else "; no response header names a hop in between")
-                + ("" if len(whole) >= MIN_HELD_STREAMS and len(whole) >= HELD_MAJORITY * len(short) else
-                   f"; {len(whole)} of {len(short)} short answers came whole at the end")
+                + ("" if held_whole else f"; {len(whole)} of {len(short)} short answers came whole at the end")
                 + ". Rerun from a quiet host, or against a server that reports its own token clock")
         per_token = att.token_clock.per_token_ms if att.token_clock is not None else statistics.median(
             (s.expected_decode_ms or 0.0) / max(1, s.tokens - 1) for s in held)
