@@ -8,16 +8,29 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.delivery import MIN_HELD_MS, StreamShape
+from llmdoctor.delivery import MIN_HELD_MS, StreamShape, hop_headers, whole_short_answers
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.probes.catalog import ATTRIBUTION
-from llmdoctor.probes.timing import ClockOrigin
+from llmdoctor.noise import explained_by_lag, lag_noisy
+from llmdoctor.probes.catalog import ATTRIBUTION, CLIENT_HOST
+from llmdoctor.probes.lag import ClientHostResult
 
 #: A stream says something about holding only when it should have taken this long to arrive.
 MIN_EXPECTED_MS = 2 * MIN_HELD_MS
 #: The finding needs this many held streams, and this share of the informative ones.
 MIN_HELD_STREAMS = 2
 HELD_MAJORITY = 0.6
+
+
+def _host_pressure(host: ClientHostResult | None, held: list[StreamShape]) -> str:
+    """The run's own evidence that the client was starved of CPU, in words ("" when there is none)."""
+    why = []
+    if host is not None and host.saturated:
+        why.append(f"the client host was saturated: {host.readings()}")
+    if lag_noisy(held):
+        lags = [s.client_lag_ms for s in held if s.client_lag_ms is not None]
+        why.append(f"llmdoctor's own worst scheduling lag while each held answer streamed was "
+                   f"{statistics.median(lags):,.0f} ms (median)")
+    return "; ".join(why)
 
 
 def _impact(held: list[StreamShape], per_token: float, typical: int) -> tuple[float, str]:
@@ -70,6 +83,15 @@ class HeldBackStream(Check):
 
     ## Caveats
     The token clock is the server's when it reports one, else the sweep's fit (medium confidence).
+    The sweep's rate is the client's own measurement, and a client starved of CPU reads the socket
+    late and sees the tokens in bursts, as a buffering hop shows them: when only that rate anchors
+    the comparison and the run's own readings show a starved client (the client host saturated, or
+    llmdoctor's scheduling lag of 5 ms or more, median, while the held answers streamed), the check
+    is skipped, saying so, unless a response header names a hop (``Via``, ``X-Cache``, ``CF-Ray``,
+    a proxy's ``Server``) and most of the short answers came whole at the end, as a buffer holds
+    every answer shorter than itself; then it fires at low confidence (a hop that does not buffer,
+    before a badly starved client, can still look the same). With the server's own token clock the
+    client's stalls do not move the expected decode, and it fires as on a quiet host.
     A server that itself writes its events in batches looks held by its own clock too; compare with
     a request sent to the model server directly. Sources for the fixes: nginx ngx_http_proxy_module
     (``proxy_buffering``, ``X-Accel-Buffering``, ``proxy_ignore_headers``); Traefik v3.7 routing
@@ -90,6 +112,7 @@ class HeldBackStream(Check):
     title = "Stream held back on the way"
     category = Category.NETWORK
     requires = (ATTRIBUTION,)
+    optional = (CLIENT_HOST,)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         att = ctx.get(ATTRIBUTION)
@@ -104,6 +127,19 @@ class HeldBackStream(Check):
         held = [s for s in judged if s.held]
         if len(held) < MIN_HELD_STREAMS or len(held) < HELD_MAJORITY * len(judged):
             return
+        # Only the sweep's rate, measured by this client, anchors them: a starved client looks the same.
+        pressure = "" if any(s.server_clocked for s in held) else _host_pressure(ctx.optional(CLIENT_HOST), held)
+        hops = hop_headers(att.proxy_headers)
+        short, whole = whole_short_answers(att.shapes)
+        held_whole = len(whole) >= MIN_HELD_STREAMS and len(whole) >= HELD_MAJORITY * len(short)
+        if pressure and not (hops and held_whole):
+            raise CheckSkipped(
+                f"{len(held)} of {len(judged)} streamed answers arrived late or in bursts, but the only token clock is "
+                f"the output-length sweep's decode rate, measured by this client, and {pressure}: a client starved "
+                "of CPU reads the socket late and sees the tokens in bursts as a buffering hop would show them"
+                + ("" if hops else "; no response header names a hop in between")
+                + ("" if held_whole else f"; {len(whole)} of {len(short)} short answers came whole at the end")
+                + ". Rerun from a quiet host, or against a server that reports its own token clock")
         per_token = att.token_clock.per_token_ms if att.token_clock is not None else statistics.median(
             (s.expected_decode_ms or 0.0) / max(1, s.tokens - 1) for s in held)
         typical = ctx.options.workload.typical_output_tokens
@@ -111,9 +147,11 @@ class HeldBackStream(Check):
         patterns = [s.pattern for s in held if s.pattern]
         pattern = max(set(patterns), key=patterns.count) if patterns else "spread, but late"
         worst = max(held, key=lambda s: s.held_ms)
-        server_clock = all(s.expected_clock in (ClockOrigin.BODY, ClockOrigin.METRICS) for s in held)
+        server_clock = all(s.server_clocked for s in held)
         shared = att.token_clock is not None and "shared traffic" in att.token_clock.source
         confidence = Confidence.HIGH if server_clock and not shared and len(held) >= 3 else Confidence.MEDIUM
+        if pressure:
+            confidence = Confidence.LOW
         evidence = [
             Evidence("held streams / streams compared", f"{len(held)} / {len(judged)}", "", "attribution"),
             Evidence("how they arrived", pattern, "", "probe client (body reads)"),
@@ -128,6 +166,14 @@ class HeldBackStream(Check):
                                      att.token_clock.source))
         for name, value in att.proxy_headers.items():
             evidence.append(Evidence(f"response header {name} (supporting)", value, "", "typical answer"))
+        if pressure:
+            explained = sum(explained_by_lag(s.held_ms, s.client_lag_ms) for s in held)
+            evidence += [
+                Evidence("client under pressure (confidence lowered)", pressure, "", "client_host, lag sampler"),
+                Evidence("short answers whole at the end", f"{len(whole)} / {len(short)}", "", "probe client"),
+                Evidence("held answers the client's own lag explains", f"{explained} / {len(held)}", "",
+                         "lag sampler"),
+            ]
         yield Finding(
             Severity.WARNING,
             confidence,
@@ -136,7 +182,11 @@ class HeldBackStream(Check):
              f"{worst.tokens} tokens in {worst.expected_decode_ms or 0.0:,.0f} ms, the client saw them over "
              f"{worst.seen_decode_ms:,.1f} ms ({pattern}). A {typical}-token answer's first token arrives "
              f"~{impact:,.0f} ms late" + (": streaming gains the user nothing." if pattern == "one read" else
-                                         ", and the rest comes in lumps.")),
+                                         ", and the rest comes in lumps.")
+             + (f" The only token clock is the sweep's, on a busy client ({pressure}): the response names a hop "
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(hops.items()))}) and {len(whole)} of {len(short)} short "
+                "answers came whole at the end, as a buffer holds them, but a starved client can look the same."
+                if pressure else "")),
             Fix(
                 "Make every hop between the model server and the client pass the stream through unbuffered.",
                 (

@@ -15,7 +15,13 @@ see — ``held = expected decode − seen decode``. Measured behind nginx 1.22 (
 a close-delimited upstream stream): a short answer comes in one read at the end, a long one in
 bursts as nginx's buffers fill (64 tokens at 4 ms: 4 reads ~70 ms apart, the first 60 ms late).
 Headers (``Server``, ``Via``, ``X-Accel-Buffering``, ``Content-Encoding``) are kept as supporting
-evidence only, never as the evidence.
+evidence only, never as the evidence; those that name a hop (`hop_headers`: ``Via``, a CDN's
+``X-Cache`` or ``CF-Ray``, a ``Server`` that is a proxy's) say there is one to hold the stream.
+
+A client starved of CPU reads the socket late and sees the tokens in bursts too: when the only
+token clock is the sweep's rate (measured by that same client), what sets a buffering hop apart
+is that it holds every answer shorter than its buffer whole until the end (`whole_short_answers`),
+where a stalled client only holds those its stalls happened to cover.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ __all__ = [
     "HELD_SHARE",
     "MIN_HELD_MS",
     "MIN_TOKENS",
+    "SERVER_TOKEN_CLOCKS",
     "StreamShape",
     "TokenClock",
+    "hop_headers",
     "proxy_headers",
     "stream_shape",
+    "whole_short_answers",
 ]
 
 #: Streams with fewer token events than this say nothing about their delivery.
@@ -48,6 +57,16 @@ BURST_TOKENS = 4
 REGULAR_CV = 0.3
 #: Response headers that hint at a hop in between (supporting evidence only).
 PROXY_HEADERS = ("server", "via", "x-accel-buffering", "content-encoding", "x-cache", "cf-ray")
+#: Of those, the ones whose presence names a hop (RFC 9110's ``Via``; a CDN's cache and ray ids) ...
+HOP_HEADERS = ("via", "x-cache", "cf-ray")
+#: ... and the ``Server`` values that are a proxy's, not a model server's (a model server behind one
+#: of these shows the proxy's name: nginx replaces the upstream's ``Server`` by its own).
+HOP_SERVERS = ("nginx", "openresty", "envoy", "caddy", "traefik", "cloudflare", "apache", "varnish", "awselb",
+               "akamai", "kong", "google frontend", "cloudfront")
+#: A stream whose first token came at this share of its total or later arrived whole at the end.
+WHOLE_TTFT_SHARE = 0.9
+#: The token clocks that are the server's own (the others are inferred from the client's timings).
+SERVER_TOKEN_CLOCKS = ("server_body", "server_metrics")
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,8 @@ class StreamShape:
     #: "bursts of ~N bytes", "bursts", or "" (one read per token or so).
     pattern: str = ""
     gaps_ms: list[float] = field(default_factory=list)
+    #: The worst scheduling lag of the client while this answer streamed (None: not measured).
+    client_lag_ms: float | None = None
 
     @property
     def held_ms(self) -> float:
@@ -108,6 +129,16 @@ class StreamShape:
     def ttft_share(self) -> float:
         """Time to first token over the total: ≈ 1 when the whole answer came at the end."""
         return self.ttft_ms / self.total_ms if self.total_ms > 0 else 0.0
+
+    @property
+    def whole_at_end(self) -> bool:
+        """All its tokens came in one read, at the end of the request."""
+        return self.pattern == "one read" and self.ttft_share >= WHOLE_TTFT_SHARE
+
+    @property
+    def server_clocked(self) -> bool:
+        """Whether its expected decode is the server's own clock (not the sweep's inferred rate)."""
+        return self.expected_clock in SERVER_TOKEN_CLOCKS
 
 
 def _cv(values: list[float]) -> float | None:
@@ -162,6 +193,7 @@ def stream_shape(t: RequestTiming, clock: TokenClock | None, own_decode_ms: floa
     shape = StreamShape(
         path=t.path, tokens=len(t.token_times_ms), reads=len(reads), ttft_ms=t.ttft_ms, total_ms=t.total_ms,
         seen_decode_ms=max(0.0, t.token_times_ms[-1] - t.token_times_ms[0]), pattern=pattern, gaps_ms=gaps,
+        client_lag_ms=t.client_lag_ms,
     )
     if own_decode_ms is not None:
         shape.expected_decode_ms, shape.expected_source, shape.expected_clock = own_decode_ms, own_source, "server_body"
@@ -176,3 +208,27 @@ def proxy_headers(t: RequestTiming) -> dict[str, str]:
     """The response headers that hint at a hop in between (supporting evidence, never the evidence)."""
     lower = {k.lower(): v for k, v in t.response_headers.items()}
     return {name: lower[name] for name in PROXY_HEADERS if name in lower}
+
+
+def hop_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Of `proxy_headers`' result, the headers that name a hop in between (a proxy's ``Server``, ``Via`` ...)."""
+    hops = {name: value for name, value in headers.items() if name in HOP_HEADERS}
+    server = headers.get("server", "")
+    if any(name in server.lower() for name in HOP_SERVERS):
+        hops["server"] = server
+    return hops
+
+
+def whole_short_answers(shapes: list[StreamShape]) -> tuple[list[StreamShape], list[StreamShape]]:
+    """The shorter half of the answers that a hold could show on, and those of them that came whole at the end.
+
+    Answers that should have taken `MIN_HELD_MS` or more to stream count; the shorter half is those
+    of at most the median token count. A buffering hop holds every answer shorter than its buffer
+    until the end; a client that stalls only the ones its stalls covered.
+    """
+    timed = [s for s in shapes if (s.expected_decode_ms or 0.0) >= MIN_HELD_MS]
+    if not timed:
+        return [], []
+    median = statistics.median(s.tokens for s in timed)
+    short = [s for s in timed if s.tokens <= median]
+    return short, [s for s in short if s.whole_at_end]

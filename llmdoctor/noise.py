@@ -11,17 +11,28 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from llmdoctor.findings import Confidence
 from llmdoctor.probes.lag import ClientHostResult
 from llmdoctor.probes.timing import RequestTiming
 
-__all__ = ["LAG_FACTOR", "NOISY_LAG_MS", "explained_by_lag", "lag_noisy", "lower", "noisy", "timing_confidence"]
+__all__ = ["LAG_FACTOR", "NOISY_LAG_MS", "Lagged", "explained_by_lag", "lag_noisy", "lower", "noisy",
+           "timing_confidence"]
 
 #: Requests whose median worst lag reached this (ms) were timed by a starved client.
 NOISY_LAG_MS = 5.0
 #: A difference up to this many times the worst lag of the requests compared is explained by the lag.
 LAG_FACTOR = 2.0
+
+
+class Lagged(Protocol):
+    """Anything stamped with the client's worst scheduling lag while it ran (a request, a stream's shape)."""
+
+    @property
+    def client_lag_ms(self) -> float | None:
+        """The worst lag (ms), None when it was not measured."""
+
 
 _STEP_DOWN = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW, Confidence.LOW: Confidence.LOW}
 
@@ -33,13 +44,13 @@ def lower(confidence: Confidence, steps: int = 1) -> Confidence:
     return confidence
 
 
-def lag_noisy(timings: Iterable[RequestTiming]) -> bool:
+def lag_noisy(timings: Iterable[Lagged]) -> bool:
     """Whether the client lagged while these requests ran (median of their worst lags ≥ `NOISY_LAG_MS`)."""
     lags = [t.client_lag_ms for t in timings if t.client_lag_ms is not None]
     return bool(lags) and statistics.median(lags) >= NOISY_LAG_MS
 
 
-def noisy(host: ClientHostResult | None, timings: Iterable[RequestTiming] = ()) -> bool:
+def noisy(host: ClientHostResult | None, timings: Iterable[Lagged] = ()) -> bool:
     """Whether the client host was saturated (the run's verdict), or lagged while `timings` ran."""
     return (host is not None and host.saturated) or lag_noisy(timings)
 

@@ -14,7 +14,7 @@ import pytest
 
 from llmdoctor.attribution import HELD, IN_FRONT, Clock, join
 from llmdoctor.clocks import judge
-from llmdoctor.delivery import TokenClock, stream_shape
+from llmdoctor.delivery import TokenClock, hop_headers, stream_shape, whole_short_answers
 from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 
 PER_TOKEN = TokenClock(4.0, "test clock", ClockOrigin.METRICS)
@@ -109,6 +109,31 @@ def test_short_or_unstreamed_answers_say_nothing_about_delivery() -> None:
     t = _stream(5.0, 40.0, 8, 4.0)
     t.streamed = False
     assert stream_shape(t, PER_TOKEN) is None
+
+
+def test_only_headers_that_name_a_hop_say_there_is_one() -> None:
+    """A model server's own Server header is no hop; a proxy's Server, Via or a CDN's ray id is."""
+    assert hop_headers({"server": "llmdoctor-sim/0.1 Python/3.11.7"}) == {}
+    assert hop_headers({"server": "uvicorn", "content-encoding": "gzip"}) == {}
+    assert hop_headers({"server": "nginx/1.22.1"}) == {"server": "nginx/1.22.1"}
+    assert hop_headers({"server": "uvicorn", "via": "1.1 varnish"}) == {"via": "1.1 varnish"}
+    assert hop_headers({"cf-ray": "8a1b2c3d4e5f-AMS"}) == {"cf-ray": "8a1b2c3d4e5f-AMS"}
+
+
+def test_the_short_answers_held_whole_are_told_from_those_a_stall_covered() -> None:
+    """Of the shorter half of the answers, those in one read at the end were held whole; one at pace was
+    not; the long ones are not short, and one too fast to show a hold (under 20 ms by its clock) says nothing."""
+    clock = TokenClock(4.0, "test clock", "inferred")
+    whole = [stream_shape(_stream(5.0, 60.0, 8, 0.0, reads_per_token=False), clock) for _ in range(3)]
+    paced = stream_shape(_stream(5.0, 40.0, 8, 4.0), clock)
+    long = stream_shape(_stream(5.0, 40.0, 64, 4.0), clock)
+    fast = stream_shape(_stream(5.0, 40.0, 4, 0.0, reads_per_token=False), TokenClock(1.0, "fast", "inferred"))
+    shapes = [s for s in (*whole, paced, long, long, fast) if s is not None]
+    assert len(shapes) == 7
+    short, held_whole = whole_short_answers(shapes)
+    assert short == [*whole, paced]
+    assert held_whole == whole
+    assert all(s.whole_at_end and not s.server_clocked for s in held_whole)
 
 
 def test_random_clocks_never_break_the_waterfall() -> None:

@@ -216,6 +216,13 @@ class ClientHostResult:
 
     def line(self) -> str:
         """One line for the report: the verdict and its numbers."""
+        numbers = self.readings()
+        if self.saturated:
+            return f"Client host saturated — {numbers}: timing conclusions carry less confidence"
+        return f"Client host not saturated — {numbers}"
+
+    def readings(self) -> str:
+        """The numbers behind the verdict, in words (``CPU 99% busy (2 cores); …``)."""
         parts = []
         if self.cpu_busy is not None:
             parts.append(f"CPU {self.cpu_busy:.0%} busy ({self.cpu_count} cores)")
@@ -224,10 +231,7 @@ class ClientHostResult:
         if self.lag_p99_ms is not None:
             parts.append(f"llmdoctor's own scheduling lag p99 {self.lag_p99_ms:.1f} ms, "
                          f"max {self.lag_max_ms or 0:.1f} ms")
-        numbers = "; ".join(parts) or "no readings"
-        if self.saturated:
-            return f"Client host saturated — {numbers}: timing conclusions carry less confidence"
-        return f"Client host not saturated — {numbers}"
+        return "; ".join(parts) or "no readings"
 
     @classmethod
     def of(cls, sampler: LagSampler) -> ClientHostResult:

@@ -35,118 +35,69 @@ def histogram_lines(h: Histogram, name: str, labels: str) -> list[str]:
     return out
 
 
+def _scalar(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Family:
+    """A gauge or counter family of one sample: `name` stated once."""
+    where = f"{{{labels}}}" if labels else ""
+    return name, kind, help_text, [f"{name}{where} {value!r}"]
+
+
+def _histogram(name: str, help_text: str, h: Histogram, labels: str) -> Family:
+    """A histogram family: `name` stated once, for its family and its sample lines."""
+    return name, "histogram", help_text, histogram_lines(h, name, labels)
+
+
 def _vllm_families(profile: LatencyProfile, s: EngineState) -> list[Family]:
     labels = f'engine="0",model_name="{profile.model}"'
     return [
-        (
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            [f"vllm:num_requests_running{{{labels}}} {float(s.running)}"],
-        ),
-        (
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            [f"vllm:num_requests_waiting{{{labels}}} {float(s.waiting)}"],
-        ),
-        (
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            [f"vllm:kv_cache_usage_perc{{{labels}}} {s.kv_usage!r}"],
-        ),
-        (
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemption from the engine.",
-            [f"vllm:num_preemptions_total{{{labels}}} 0.0"],
-        ),
-        (
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            [f"vllm:prompt_tokens_total{{{labels}}} {float(s.prompt_tokens_total)}"],
-        ),
-        (
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            [f"vllm:generation_tokens_total{{{labels}}} {float(s.generation_tokens_total)}"],
-        ),
-        (
-            "vllm:time_to_first_token_seconds",
-            "histogram",
-            "Histogram of time to first token in seconds.",
-            histogram_lines(s.ttft, "vllm:time_to_first_token_seconds", labels),
-        ),
-        (
-            "vllm:request_queue_time_seconds",
-            "histogram",
-            "Histogram of time spent in WAITING phase for request.",
-            histogram_lines(s.queue_time, "vllm:request_queue_time_seconds", labels),
-        ),
-        (
-            "vllm:request_prefill_time_seconds",
-            "histogram",
-            "Histogram of time spent in PREFILL phase for request.",
-            histogram_lines(s.prefill_time, "vllm:request_prefill_time_seconds", labels),
-        ),
-        (
-            "vllm:request_decode_time_seconds",
-            "histogram",
-            "Histogram of time spent in DECODE phase for request.",
-            histogram_lines(s.decode_time, "vllm:request_decode_time_seconds", labels),
-        ),
-        (
-            "vllm:request_inference_time_seconds",
-            "histogram",
-            "Histogram of time spent in RUNNING phase for request.",
-            histogram_lines(s.inference_time, "vllm:request_inference_time_seconds", labels),
-        ),
-        (
-            "vllm:e2e_request_latency_seconds",
-            "histogram",
-            "Histogram of e2e request latency in seconds.",
-            histogram_lines(s.e2e, "vllm:e2e_request_latency_seconds", labels),
-        ),
-        (
-            "vllm:inter_token_latency_seconds",
-            "histogram",
-            "Histogram of inter-token latency in seconds.",
-            histogram_lines(s.inter_token, "vllm:inter_token_latency_seconds", labels),
-        ),
+        _scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+                float(s.running), labels),
+        _scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+                float(s.waiting), labels),
+        _scalar("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage, labels),
+        _scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", 0.0,
+                labels),
+        _scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                float(s.prompt_tokens_total), labels),
+        _scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+                float(s.generation_tokens_total), labels),
+        _histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft, labels),
+        _histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                   s.queue_time, labels),
+        _histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+                   s.prefill_time, labels),
+        _histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+                   s.decode_time, labels),
+        _histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+                   s.inference_time, labels),
+        _histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e, labels),
+        _histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", s.inter_token,
+                   labels),
     ]
 
 
 def metrics_families(profile: LatencyProfile, s: EngineState) -> list[Family]:
     """The Prometheus families the profile's flavor exports, valued from the snapshot `s`."""
     if profile.flavor == "tgi":
+        model = 'model="sim"'
         return [
-            ("tgi_batch_current_size", "gauge", "Current batch size",
-             [f"tgi_batch_current_size {float(s.running)}"]),
-            ("tgi_queue_size", "gauge", "Current queue size", [f"tgi_queue_size {float(s.waiting)}"]),
-            ("tgi_request_count", "counter", "Total requests", [f"tgi_request_count {float(s.queue_time.count)}"]),
-            ("tgi_request_queue_duration", "histogram", "Time spent in the queue",
-             histogram_lines(s.queue_time, "tgi_request_queue_duration", 'model="sim"')),
-            ("tgi_request_inference_duration", "histogram", "Request inference duration",
-             histogram_lines(s.inference_time, "tgi_request_inference_duration", 'model="sim"')),
-            ("tgi_request_duration", "histogram", "Request duration",
-             histogram_lines(s.e2e, "tgi_request_duration", 'model="sim"')),
-        ]  # fmt: skip
+            _scalar("tgi_batch_current_size", "gauge", "Current batch size", float(s.running)),
+            _scalar("tgi_queue_size", "gauge", "Current queue size", float(s.waiting)),
+            _scalar("tgi_request_count", "counter", "Total requests", float(s.queue_time.count)),
+            _histogram("tgi_request_queue_duration", "Time spent in the queue", s.queue_time, model),
+            _histogram("tgi_request_inference_duration", "Request inference duration", s.inference_time, model),
+            _histogram("tgi_request_duration", "Request duration", s.e2e, model),
+        ]
     if profile.flavor == "llamacpp":
         return [
-            ("llamacpp:requests_processing", "gauge", "Number of requests processing.",
-             [f"llamacpp:requests_processing {float(s.running)}"]),
-            ("llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
-             [f"llamacpp:requests_deferred {float(s.waiting)}"]),
-            ("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-             [f"llamacpp:kv_cache_usage_ratio {s.kv_usage!r}"]),
-            ("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
-             [f"llamacpp:prompt_tokens_total {float(s.prompt_tokens_total)}"]),
-            ("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
-             [f"llamacpp:tokens_predicted_total {float(s.generation_tokens_total)}"]),
-        ]  # fmt: skip
+            _scalar("llamacpp:requests_processing", "gauge", "Number of requests processing.", float(s.running)),
+            _scalar("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", float(s.waiting)),
+            _scalar("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+                    s.kv_usage),
+            _scalar("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+                    float(s.prompt_tokens_total)),
+            _scalar("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+                    float(s.generation_tokens_total)),
+        ]
     if profile.flavor == "ollama":
         return []
     return _vllm_families(profile, s)

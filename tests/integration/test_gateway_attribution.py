@@ -8,6 +8,11 @@ the simulator and of the real llama.cpp server (llama-cpp-python), each case wit
   let the kernel merge small frames → LD410; ``option http-no-delay`` → no LD410.
 - llama-cpp-python sends ``X-Accel-Buffering: no`` with its streams, which nginx honours: the
   defaults do not hold it (control); ``proxy_ignore_headers X-Accel-Buffering`` makes them → LD410.
+- on a busy host (a busy loop per core, tests/processes.py), the simulator in a process of its own
+  with no server token clock (openai flavor: only the sweep's rate, measured by the client, anchors
+  the streams): streamed to the client directly → no LD410, also when a thread of the client's own
+  process holds the interpreter so that its reads come late and in bursts; the control, nginx
+  defaults in front on the same busy host → LD410 still fires (at low confidence).
 - nginx's ``auth_request`` to an ``echo_sleep`` location (Debian's libnginx-mod-http-echo) is a
   gateway that spends a fixed time on every request before the model server sees it → LD411 with
   that time ± 20%; the same time spent inside the model (the simulator's ``fixed_ms``) behind a
@@ -49,6 +54,7 @@ from llmdoctor.target import Options, Target
 from tests.cliutil import run_cli, validate_report
 from tests.gateways import Haproxy, Nginx
 from tests.llamacpp_server import LlamaCppServer
+from tests.processes import busy_loops, holding_interpreter, serve_sim_process
 
 #: The gateway's own delay before the model server sees a request (nginx echo_sleep, seconds).
 AUTH_DELAY_S = 0.3
@@ -133,6 +139,42 @@ def test_the_simulator_directly_is_not_held() -> None:
     with _sim() as sim:
         _, outcome = _run(sim.base_url, "LD410")
     assert outcome.status == Status.PASSED, (outcome.reason, outcome.findings)
+
+
+# -- held-back stream on a busy host: only the sweep's rate anchors it ----------------------------
+#: Long enough for one LD410 run on a busy host (a few seconds quiet), bounded either way.
+BUSY_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def _busy_host(starved: bool) -> Iterator[None]:
+    """A busy loop per core; with `starved`, also a thread of this (the client's) process holding the interpreter."""
+    with busy_loops(seconds=BUSY_SECONDS), (holding_interpreter() if starved else contextlib.nullcontext()):
+        yield
+
+
+@pytest.mark.parametrize("starved", [False, True], ids=["busy", "busy-and-starved"])
+def test_a_busy_client_streamed_directly_is_not_held(starved: bool) -> None:
+    """A client that reads late sees bursts, but no hop held them: never "held back" on the sweep's rate alone."""
+    with serve_sim_process("healthy", "openai") as (port, _), _busy_host(starved):
+        report, outcome = _run(f"http://127.0.0.1:{port}/v1", "LD410")
+    assert report.client_host is not None and report.client_host.saturated, report.client_host
+    assert outcome.status in (Status.PASSED, Status.SKIPPED), (outcome.reason, outcome.findings)
+    if outcome.status == Status.SKIPPED:
+        assert "starved of CPU" in outcome.reason, outcome.reason
+
+
+def test_nginx_defaults_on_a_busy_host_still_hold_the_stream() -> None:
+    """Control: the same busy host, nginx defaults in front: its Server header names it and it holds the
+    short answers whole until the end, so LD410 fires, saying the host was busy."""
+    with serve_sim_process("healthy", "openai") as (port, _), _nginx(("127.0.0.1", port), "bare") as gw, \
+            _busy_host(False):
+        report, outcome = _run(gw.base_url, "LD410")
+    assert report.client_host is not None and report.client_host.saturated, report.client_host
+    assert outcome.status == Status.FAILED, outcome.reason
+    (finding,) = outcome.findings
+    assert "held back" in finding.title and "busy client" in finding.message
+    assert finding.confidence.value == "low"
 
 
 # -- time in front of the model server (LD411) ----------------------------------------------------
