@@ -154,3 +154,54 @@ def test_ld211_names_no_replica_in_the_recorded_queue_but_does_without_the_serve
     assert queued.status == "skipped" and "queue accounts for it" in queued.reason, queued.reason
     blind = run_one(check, _context({k: RECORDED[k] for k in ("baseline", "sweep")}))
     assert [f.check_id for f in blind.findings] == ["LD211"]  # without the server's clock it cannot tell
+
+
+# -- LD203 from the server's per-request queue clock --------------------------------------------------
+def _with_queue_clocks(measurements: dict[str, Any], queue_ms: list[float]) -> dict[str, Any]:
+    """`measurements` with each warm baseline sample carrying TGI's ``x-queue-time`` (whole ms, per request).
+
+    Composed: TGI sends it on non-streamed answers only (router/src/server.rs ``generate``; its
+    streaming route sends no timing header), so no recorded streamed baseline carries it.
+    """
+    out = copy.deepcopy(measurements)
+    for t, q in zip(out["baseline"]["samples"], queue_ms, strict=True):
+        t["server_clocks"] = [{"kind": "queue", "ms": q, "source": "x-queue-time", "origin": "server_header",
+                               "requests": 1, "ours": 1}]
+    return out
+
+
+def _ld203(measurements: dict[str, Any]) -> Any:
+    check = REGISTRY.by_id("LD203")
+    assert check is not None
+    return run_one(check, _context({k: measurements[k] for k in ("baseline", "server_metrics")}))
+
+
+def test_ld203_takes_the_servers_own_clock_of_each_request_when_the_histogram_is_shared() -> None:
+    """The recorded shared-traffic run, each request timed by the server: the mean of those, high confidence."""
+    ttfts = [t["ttft_ms"] for t in RECORDED["baseline"]["samples"]]
+    queues = [float(round(max(0.0, v - 74.0))) for v in ttfts]
+    outcome = _ld203(_with_queue_clocks(RECORDED, queues))
+    (finding,) = outcome.findings
+    assert finding.confidence.value == "high"
+    assert finding.impact_ms == pytest.approx(sum(queues) / len(queues))
+    labels = {e.label: e.value for e in finding.evidence}
+    assert labels["requests of ours with that clock"] == "5 of 5"
+    assert any("x-queue-time" in label for label in labels)
+    share = labels["queue share of TTFT (our requests)"]
+    assert 0 < share <= 100  # a share of our TTFT over our own requests
+    assert "x-queue-time" in finding.impact_basis
+
+
+def test_ld203_does_not_fire_when_the_servers_clock_says_our_requests_did_not_wait() -> None:
+    """Must not fire: the shared histogram's mean (925 ms) is other clients'; each of ours waited 0-1 ms by the
+    server's own clock, and the queue gauge never exceeded what ran."""
+    outcome = _ld203(_with_queue_clocks(RECORDED, [1.0, 0.0, 0.0, 1.0, 0.0]))
+    assert outcome.status == "passed" and not outcome.findings
+
+
+def test_ld203_sets_aside_an_impossible_per_request_clock() -> None:
+    """A queue clock longer than the request (as `llmdoctor.clocks.judge` sets aside) is not taken: the shared
+    histogram's reading stands (medium confidence, what our queued requests paid)."""
+    outcome = _ld203(_with_queue_clocks(RECORDED, [99_000.0] * 5))
+    (finding,) = outcome.findings
+    assert finding.confidence.value == "medium" and "2 of our 5 requests waited" in finding.message
