@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
 from llmdoctor.stats import Split
 from llmdoctor.target import Options, Target
+from tests.cliutil import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RECORDED: dict[str, Any] = json.loads(
@@ -205,3 +207,22 @@ def test_ld203_sets_aside_an_impossible_per_request_clock() -> None:
     outcome = _ld203(_with_queue_clocks(RECORDED, [99_000.0] * 5))
     (finding,) = outcome.findings
     assert finding.confidence.value == "medium" and "2 of our 5 requests waited" in finding.message
+
+
+# -- the whole report, replayed from the real runs -------------------------------------------------------
+@pytest.mark.parametrize("name", ["queue_check_all_waited", "queue_check_some_waited"])
+def test_recorded_vllm_queue_runs_rank_queueing_first_in_json_and_text(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both shapes of the real queue (every request of ours waited; 2 of 5 did): queueing is the first finding,
+    in the JSON and in the text, and no slow replica or cold start is confirmed or ranked above it."""
+    recording = str(FIXTURES / "vllm" / f"{name}.measurements.json")
+    report = run_cli(capsys, "replay", recording, "--json").report
+    first = report["findings"][0]
+    assert first["cause"] == "queueing", [(f["check_id"], f.get("cause")) for f in report["findings"]]
+    assert any("queue time" in e["label"] for e in first["evidence"])
+    confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+    assert "cold_start" not in confirmed and "replica_imbalance" not in confirmed, confirmed
+    assert not any(f["check_id"] == "LD211" for f in report["findings"])
+    text = run_cli(capsys, "replay", recording).out
+    ranked = re.search(r"^\s*1\. .+? · (LD\d+) · ", text, re.MULTILINE)
+    assert ranked is not None and ranked.group(1) == first["check_id"], text[-2000:]
