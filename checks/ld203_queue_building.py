@@ -16,7 +16,7 @@ from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.metrics import MetricsDelta
 from llmdoctor.probes.timing import ClockKind, ClockOrigin
-from llmdoctor.queue_wait import MIN_QUEUE_MS, split_by_queue
+from llmdoctor.queue_wait import MIN_QUEUE_MS, waits_by_queue
 
 QUEUE_SHARE = 0.2
 
@@ -62,12 +62,14 @@ class QueueBuilding(Check):
     of 171% was seen that way), the cost is capped at our own time to first
     token (the queue is part of it: a mean, as the histogram's), and
     confidence is medium. Except when our own requests show what a queued
-    request pays: some of them waited and some did not (two populations,
-    measured on vLLM 0.32 with ``--max-num-seqs 1`` under two background
-    streams: 2 of 5 waited ~2.6 s, 3 took 74 ms). Then the cost is the slow
-    ones' extra time, at most the waiting the server's histogram recorded in
-    the window shared among them (``llmdoctor.queue_wait``); the evidence
-    names both clocks. TGI sends ``x-queue-time`` on non-streamed answers
+    request pays: some of them waited and some did not (measured on vLLM
+    0.32 with ``--max-num-seqs 1`` under two background streams: 2 of 5
+    waited 2.3-5.3 s, 3 took 63-75 ms). A request waited when its TTFT
+    exceeds the fastest one's by 50 ms and by as much again as the fastest
+    took; the cost is the mean excess of those, at most the waiting the
+    server's histogram recorded in the window shared among them, and only
+    when that histogram holds at least half of their excess
+    (``llmdoctor.queue_wait``); the evidence names both clocks. TGI sends ``x-queue-time`` on non-streamed answers
     only and the baseline streams, so against TGI the histogram is what
     this check reads; the per-request clock serves servers that time
     streamed requests too.
@@ -96,8 +98,8 @@ class QueueBuilding(Check):
                                "requests carry no queue clock of the server's")
         share: float | None = None  # shown: over our requests only
         ratio: float | None = None  # decides whether the queue matters
-        split = base.mixed() if base is not None else None
-        queued = split_by_queue(split, m) if split is not None and not ours and clocked is None else None
+        ttfts = [t.ttft_ms or t.total_ms or 0.0 for t in base.ok_samples] if base is not None else []
+        waits = waits_by_queue(ttfts, m) if not ours and clocked is None else None
         if clocked is not None:
             queue_ms = clocked.mean_ms
             share = ratio = clocked.mean_ms / clocked.ttft_ms if clocked.ttft_ms else None
@@ -139,16 +141,16 @@ class QueueBuilding(Check):
             impact, basis, conf = queue_ms, "queue-time histogram delta over our requests", Confidence.HIGH
             what = f"Our requests waited {queue_ms:,.0f} ms each in the server's queue"
             what += f" ({share:.0%} of TTFT)." if share is not None else "."
-        elif slow and queue_ms is not None and queued is not None and split is not None:
+        elif slow and queue_ms is not None and waits is not None:
             # Shared traffic, but our requests that waited show what a queued request pays: their extra
             # time, bounded by the waiting the server's own histogram recorded in the window.
+            queued, n_waited = waits
             impact, basis, conf = queued.wait_ms, queued.basis, Confidence.MEDIUM
-            evidence.append(Evidence("requests of ours that waited", f"{len(split.slow)} of "
-                                     f"{len(split.slow) + len(split.fast)}", "", "baseline"))
+            evidence.append(Evidence("requests of ours that waited", f"{n_waited} of {len(ttfts)}", "", "baseline"))
             evidence.append(Evidence("wait per queued request (client clock, within the server's histogram)",
                                      round(queued.wait_ms, 1), "ms", f"baseline + {m.url}"))
-            what = (f"{len(split.slow)} of our {len(split.slow) + len(split.fast)} requests waited their turn: "
-                    f"~{queued.wait_ms:,.0f} ms more than the others; {queued.seen}.")
+            what = (f"{n_waited} of our {len(ttfts)} requests waited their turn: ~{queued.wait_ms:,.0f} ms more "
+                    f"than the fastest; {queued.seen}.")
         elif slow and queue_ms is not None:
             impact = min(queue_ms, our_ttft_ms) if our_ttft_ms else queue_ms
             basis = ("server-wide queue-time mean (other requests in the window), at most our mean time to first "

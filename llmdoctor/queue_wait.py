@@ -15,13 +15,14 @@ sum shared among them (server clock).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmdoctor.causes import EXPLAINS_SHARE
 from llmdoctor.probes.metrics import ServerMetrics, ServerMetricsResult
 from llmdoctor.stats import Split
 
-__all__ = ["QueueWait", "MIN_QUEUE_MS", "split_by_queue", "queued_before"]
+__all__ = ["QueueWait", "MIN_QUEUE_MS", "split_by_queue", "waits_by_queue", "queued_before", "answered_before"]
 
 #: A mean queue time below this (ms) is no queue worth explaining anything with.
 MIN_QUEUE_MS = 50.0
@@ -46,11 +47,31 @@ def split_by_queue(split: Split, metrics: ServerMetricsResult | None) -> QueueWa
     (requests waiting at a scrape) only when the backend exports no queue-time histogram. None when
     the server shows no such queue, or its counters were reset in the window.
     """
-    if metrics is None:
+    return _explained(len(split.slow), split.slower_by, metrics)
+
+
+def waits_by_queue(ttfts: Sequence[float], metrics: ServerMetricsResult | None) -> tuple[QueueWait, int] | None:
+    """What our requests that waited paid, and how many waited, when the server's queue clock accounts for it.
+
+    A request of ours waited when its time to first token exceeds the fastest one's by at least
+    `MIN_QUEUE_MS` and by as much again as the fastest took; its wait is that excess. Unlike a split
+    into two populations, the waits may differ (a request behind one stream or behind two). The server's
+    histogram must hold at least `EXPLAINS_SHARE` of their total (`split_by_queue`), so a busy client's
+    jitter on a server without a queue explains nothing.
+    """
+    if len(ttfts) < 2:
         return None
-    n_slow = len(split.slow)
-    extra = split.slower_by
-    if n_slow == 0 or extra <= 0:
+    fastest = min(ttfts)
+    excess = [v - fastest for v in ttfts if v - fastest >= max(MIN_QUEUE_MS, fastest)]
+    if not excess:
+        return None
+    found = _explained(len(excess), sum(excess) / len(excess), metrics)
+    return (found, len(excess)) if found is not None else None
+
+
+def _explained(n_slow: int, extra: float, metrics: ServerMetricsResult | None) -> QueueWait | None:
+    """`n_slow` requests `extra` ms slower each: the wait that the server's queue clock accounts for, or None."""
+    if metrics is None or n_slow == 0 or extra <= 0:
         return None
     d = metrics.delta
     has_histogram = metrics.before.queue_time is not None
@@ -59,9 +80,8 @@ def split_by_queue(split: Split, metrics: ServerMetricsResult | None) -> QueueWa
         total_ms = d.queue_ms * seen_n
         if d.queue_ms < MIN_QUEUE_MS or total_ms < EXPLAINS_SHARE * n_slow * extra:
             return None
-        wait = min(extra, total_ms / n_slow)
         return QueueWait(
-            wait,
+            min(extra, total_ms / n_slow),
             f"the slow requests' extra time (client clock), within the server's queue-time histogram "
             f"({total_ms / 1000:,.1f} s of waiting over {seen_n:.0f} requests in the window)",
             f"the server's queue-time histogram recorded {total_ms / 1000:,.1f} s of waiting over {seen_n:.0f} "
@@ -74,20 +94,29 @@ def split_by_queue(split: Split, metrics: ServerMetricsResult | None) -> QueueWa
     return None
 
 
+def answered_before(first: ServerMetrics, ours_before: int = 1) -> float:
+    """How many requests of other clients the server had answered by the scrape `first` (0 when unknown).
+
+    `ours_before` is how many of the requests it counts are ours (in a run's schedule: the first
+    request). A server that had answered others had its model loaded before our first request.
+    """
+    done = first.e2e or first.ttft
+    return max(0.0, done.count - ours_before) if done is not None else 0.0
+
+
 def queued_before(first: ServerMetrics, excess_ms: float, ours_before: int = 1) -> str | None:
     """Why a request sent before `first` (a scrape) may have waited in a queue rather than met a cold start.
 
     The server's cumulative queue-time histogram at `first` holds at least `EXPLAINS_SHARE` of
-    `excess_ms` and other clients' requests had been answered before (`ours_before`: how many of the
-    requests it counts are ours): the model was loaded, and requests were waiting for their turn.
-    None when the scrape shows no such queue.
+    `excess_ms` and other clients' requests had been answered before (`answered_before`): the model
+    was loaded, and requests were waiting for their turn. None when the scrape shows no such queue.
     """
-    q, done = first.queue_time, first.e2e or first.ttft
-    if q is None or done is None or q.count <= 0:
+    q = first.queue_time
+    others = answered_before(first, ours_before)
+    if q is None or q.count <= 0 or others < 1:
         return None
-    others = done.count - ours_before
     mean_ms = 1000 * q.sum / q.count
-    if others < 1 or mean_ms < MIN_QUEUE_MS or 1000 * q.sum < EXPLAINS_SHARE * excess_ms:
+    if mean_ms < MIN_QUEUE_MS or 1000 * q.sum < EXPLAINS_SHARE * excess_ms:
         return None
     text = (f"the server had answered {others:.0f} other requests before (it was loaded) and its queue-time "
             f"histogram holds {q.sum:,.1f} s of waiting over {q.count:.0f} requests (mean {mean_ms:,.0f} ms)")

@@ -24,7 +24,7 @@ from llmdoctor.diagnosis.evidence import facts_from, first_pass
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.probes.catalog import SERVER_METRICS
 from llmdoctor.probes.metrics import Histogram, ServerMetrics, ServerMetricsResult, metrics_delta
-from llmdoctor.queue_wait import queued_before, split_by_queue
+from llmdoctor.queue_wait import queued_before, split_by_queue, waits_by_queue
 from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
 from llmdoctor.stats import Split
@@ -100,6 +100,22 @@ def test_a_counter_reset_explains_nothing() -> None:
     assert split_by_queue(SPLIT, m) is None
 
 
+def test_our_requests_that_waited_unlike_amounts_are_found_and_their_mean_excess_is_the_wait() -> None:
+    """The run of 17:48 UTC: 3,058 and 5,298 ms against 63-75 ms (too unlike for one slow population)."""
+    found = waits_by_queue([5297.8, 3058.6, 73.3, 74.6, 63.4], _metrics(14.5, 9))
+    assert found is not None
+    queued, n = found
+    assert n == 2 and queued.wait_ms == pytest.approx((5297.8 + 3058.6) / 2 - 63.4)
+
+
+def test_control_a_busy_clients_jitter_on_a_server_without_queue_is_no_wait() -> None:
+    """Must not find a wait: two requests twice as slow as the fastest (a busy client), the server's histogram
+    5 ms a request; and a single request has nothing to compare with."""
+    assert waits_by_queue([74.0, 75.0, 160.0, 150.0, 80.0], _metrics(0.05, 10)) is None
+    assert waits_by_queue([74.0, 75.0, 90.0, 80.0], _metrics(9.0, 10)) is None  # nobody of ours waited
+    assert waits_by_queue([3000.0], _metrics(9.0, 10)) is None
+
+
 def test_queued_before_needs_other_clients_served_and_a_queue() -> None:
     warm = ServerMetrics(backend="vllm", url="/metrics", scraped_at=1.0, requests_waiting=1.0,
                          queue_time=Histogram(sum=16.7, count=14), e2e=Histogram(sum=42.6, count=14))
@@ -147,6 +163,19 @@ def test_control_a_fresh_server_whose_first_request_is_ours_keeps_the_cold_start
         t["ttft_ms"] = t["total_ms"] = 74.0
     cold = _cold_start(fresh)
     assert cold and max(lr for lr, _ in cold) == DECISIVE, cold
+
+
+def test_control_a_queue_in_the_baseline_does_not_hide_the_cold_start_of_a_server_that_answered_no_one_before() -> None:
+    """Our warm requests queued (the split is the server's queue), but at the first scrape the server had answered
+    only our first request: its first request ever may have met a cold start, so the cold start stays argued."""
+    fresh = copy.deepcopy(RECORDED)
+    before = fresh["server_metrics"]["before"]
+    before["e2e"] = {"sum": 2.6, "count": 1.0}
+    before["ttft"] = {"sum": 2.58, "count": 1.0}
+    f = facts_from(_context(fresh))
+    assert f.confounders.queue_wait_ms is not None and f.first_queue is None
+    cold = _cold_start(fresh)
+    assert cold and max(lr for lr, _ in cold) >= STRONG, cold
 
 
 def test_ld211_names_no_replica_in_the_recorded_queue_but_does_without_the_servers_metrics() -> None:
@@ -210,10 +239,10 @@ def test_ld203_sets_aside_an_impossible_per_request_clock() -> None:
 
 
 # -- the whole report, replayed from the real runs -------------------------------------------------------
-@pytest.mark.parametrize("name", ["queue_check_all_waited", "queue_check_some_waited"])
+@pytest.mark.parametrize("name", ["queue_check_all_waited", "queue_check_some_waited", "queue_check_uneven_waits"])
 def test_recorded_vllm_queue_runs_rank_queueing_first_in_json_and_text(
         name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Both shapes of the real queue (every request of ours waited; 2 of 5 did): queueing is the first finding,
+    """Three shapes of the real queue (every request of ours waited; 2 of 5 did, alike or not): queueing is first,
     in the JSON and in the text, and no slow replica or cold start is confirmed or ranked above it."""
     recording = str(FIXTURES / "vllm" / f"{name}.measurements.json")
     report = run_cli(capsys, "replay", recording, "--json").report

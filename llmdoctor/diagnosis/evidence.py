@@ -45,7 +45,7 @@ from llmdoctor.probes.catalog import (
 )
 from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.probes.sizes import DEFAULT_IDLE_S
-from llmdoctor.queue_wait import queued_before
+from llmdoctor.queue_wait import answered_before, queued_before
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -160,11 +160,13 @@ def _first_queue(first_ttft: float | None, setup_ms: float, warm: float, c: Conf
     if first_ttft is None or metrics is None:
         return None
     penalty = cold_start_penalty_ms(first_ttft, setup_ms, warm)
-    if penalty <= 0:
-        return None
+    others = answered_before(metrics.before)
+    if penalty <= 0 or others < 1:
+        return None  # nothing to explain, or the server may have met its first request ever: a cold start stays
     if c.queue_wait_ms is not None and c.queue_wait_ms >= EXPLAINS_SHARE * penalty:
-        return (f"our warm requests that waited their turn took ~{c.queue_wait_ms:,.0f} ms more ({c.queue_seen}): "
-                "a wait in the queue, not a cold start")
+        return (f"the server had answered {others:.0f} other requests before (it was loaded), and our warm requests "
+                f"that waited their turn took ~{c.queue_wait_ms:,.0f} ms more ({c.queue_seen}): a wait in the "
+                "queue, not a cold start")
     before = queued_before(metrics.before, penalty)
     return f"{before}: a wait in the queue, not a cold start" if before else None
 
