@@ -255,3 +255,15 @@ def test_recorded_vllm_queue_runs_rank_queueing_first_in_json_and_text(
     text = run_cli(capsys, "replay", recording).out
     ranked = re.search(r"^\s*1\. .+? · (LD\d+) · ", text, re.MULTILINE)
     assert ranked is not None and ranked.group(1) == first["check_id"], text[-2000:]
+
+
+def test_recorded_vllm_kv_pressure_run_still_ranks_kv_first_and_does_not_confirm_queueing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The control on the same server: 30 preemptions, requests waiting for KV blocks. The queue's larger cost
+    must not pull the floor away from KV pressure, nor queueing be confirmed beside it."""
+    recording = str(FIXTURES / "vllm" / "kv_check.measurements.json")
+    report = run_cli(capsys, "replay", recording, "--json").report
+    first = report["findings"][0]
+    assert first["cause"] == "kv_cache_pressure", [(f["check_id"], f.get("cause")) for f in report["findings"]]
+    confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+    assert confirmed and all("kv" in c for c in confirmed), confirmed
