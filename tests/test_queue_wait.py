@@ -12,6 +12,7 @@ the split (the controls: then the split stays a split, the slow first request a 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,10 +21,11 @@ from typing import Any
 import pytest
 
 from llmdoctor.context import Context
-from llmdoctor.diagnosis.evidence import facts_from, first_pass
+from llmdoctor.diagnosis.evidence import FOLLOWUPS, facts_from, first_pass
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
-from llmdoctor.probes.catalog import SERVER_METRICS
+from llmdoctor.probes.catalog import PREFILL, SERVER_METRICS
 from llmdoctor.probes.metrics import Histogram, ServerMetrics, ServerMetricsResult, metrics_delta
+from llmdoctor.probes.prefill import PrefillResult
 from llmdoctor.queue_wait import queued_before, split_by_queue, waits_by_queue
 from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
@@ -267,3 +269,35 @@ def test_recorded_vllm_kv_pressure_run_still_ranks_kv_first_and_does_not_confirm
     assert first["cause"] == "kv_cache_pressure", [(f["check_id"], f.get("cause")) for f in report["findings"]]
     confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
     assert confirmed and all("kv" in c for c in confirmed), confirmed
+
+
+# -- the prompt-length follow-up under a queue -------------------------------------------------------------
+def _read_prefill(r: PrefillResult, f: Any) -> dict[str, float]:
+    test = next(t for t in FOLLOWUPS if t.probe is PREFILL)
+    seen, _ = test.read(r, f)  # type: ignore[attr-defined]
+    return {hyp: lr for hyp, lr, _ in seen}
+
+
+# Recorded on real vLLM 0.32 under the queue (17:55 UTC run): short and long prompt, both queued.
+QUEUED_PREFILL = PrefillResult(103, 485, 3907.9, 5364.1, 3.81, "usage", lag_ms=129.4)
+
+
+def test_a_prompt_length_difference_within_the_queues_noise_confirms_no_slow_prefill() -> None:
+    """That run confirmed 'slow prefill' (p 0.96) from 1,456 ms between two queued requests, while identical
+    "Say ok." varied 2.6-7.1 s: the difference is within the run's noise, so it is weak evidence only."""
+    queued = copy.deepcopy(RECORDED)
+    queued["baseline"]["samples"] = [dict(t, ttft_ms=v, total_ms=v) for t, v in
+                                     zip(queued["baseline"]["samples"], [5142.8, 4613.5, 2644.4, 5615.8, 7077.9],
+                                         strict=True)]
+    lrs = _read_prefill(QUEUED_PREFILL, facts_from(_context(queued)))
+    assert lrs.get("long_prefill") == WEAK, lrs
+
+
+def test_control_the_same_difference_on_a_steady_run_is_decisive() -> None:
+    """Identical requests within 3 ms of each other and a client on time: 1,456 ms is prompt work."""
+    steady = copy.deepcopy(RECORDED)
+    steady["baseline"]["samples"] = [dict(t, ttft_ms=v, total_ms=v, client_lag_ms=0.5) for t, v in
+                                     zip(steady["baseline"]["samples"], [74.0, 75.0, 73.0, 74.5, 76.0], strict=True)]
+    quiet = dataclasses.replace(QUEUED_PREFILL, lag_ms=1.0)
+    lrs = _read_prefill(quiet, facts_from(_context(steady)))
+    assert lrs.get("long_prefill") == DECISIVE, lrs
