@@ -291,15 +291,12 @@ class TestQueue:
         share = [v for label, v in evidence.items() if "share" in label]
         assert (share and 0 < share[0] <= 100) if seen == ours else not share, evidence
 
-    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
-        n=16, why="regressed when issues 14-16 met on main (CI 2026-12-01): the queue histogram moved by 9 "
-        "requests, 5 ours, so LD203 reads a shared mean, caps its cost at our median TTFT (74 ms: 3 of our 5 "
-        "requests did not wait) and no longer folds the floor (LD702, 3.4 s) under queueing; LD211 reads the "
-        "waited/not-waited requests as two replicas and the diagnosis confirms a cold start from the first "
-        "request's wait. LD411's 'in front' from shared means is fixed (skipped, fixture "
-        "LD411/skipped_shared_traffic_vllm_queue). Not strict: which requests wait depends on timing"))
     def test_queueing_is_ranked_first_with_vllms_own_queue_time(self, queue: dict[str, Any]) -> None:
-        """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it."""
+        """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it.
+
+        Which of our requests wait depends on timing: all of them (the floor is the queue), or some (then the
+        cost is what those paid, bounded by vLLM's queue histogram: `llmdoctor.queue_wait`). Recordings of
+        each shape replay in tests/test_queue_wait.py."""
         report = queue["report"]
         first = _first(report)
         assert first.get("cause") == "queueing", _summary(report)
