@@ -9,8 +9,9 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import lower
-from llmdoctor.probes.catalog import BASELINE, SWEEP
+from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS, SWEEP
 from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.queue_wait import split_by_queue
 from llmdoctor.stats import Split
 
 MIN_WARM = 4
@@ -57,7 +58,13 @@ class SlowReplica(Check):
     medium when slow and fast alternate or the sweep agrees, low otherwise. A
     busy client host can split samples too: the evidence says what else was
     seen. Other checks draw no floor, fit or queueing conclusion from samples
-    this check finds mixed.
+    this check finds mixed. On one server with a queue, the requests that
+    waited their turn form the slow population: when the backend's
+    queue-time histogram gained at least half of the slow requests' extra
+    time over the window (or, without such a histogram, its queue gauge
+    showed requests waiting) and no address or header names a backend, the
+    check is skipped with that reason and LD203 reports the queue (measured
+    on vLLM 0.32 with ``--max-num-seqs 1`` under two background streams).
     """
 
     id = "LD211"
@@ -65,7 +72,7 @@ class SlowReplica(Check):
     title = "One replica slower than the others"
     category = Category.SERVER
     requires = (BASELINE,)
-    optional = (SWEEP,)
+    optional = (SWEEP, SERVER_METRICS)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         base = ctx.get(BASELINE)
@@ -81,6 +88,12 @@ class SlowReplica(Check):
         slow = [t for t in warm if split.is_slow(t.total_ms or 0.0)]
         fast = [t for t in warm if not split.is_slow(t.total_ms or 0.0)]
         named = _named_by(slow, fast)
+        queued = None if named else split_by_queue(split, ctx.optional(SERVER_METRICS))
+        if queued is not None:
+            raise CheckSkipped(
+                f"{len(slow)} of {len(warm)} warm requests are ~{split.slower_by:,.0f} ms slower, and the server's "
+                f"own queue accounts for it: {queued.seen}. They waited their turn (LD203), which says nothing "
+                "of a slower replica")
         alternating = base.alternating(split)
         evidence = [
             Evidence("fast requests", len(fast), "", "baseline"),

@@ -73,7 +73,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD211', 'slow-replica', 'One replica slower than the others', 'server', 211,
-        'llmdoctor.checks.ld211_slow_replica:SlowReplica', ('baseline',), ('sweep',),
+        'llmdoctor.checks.ld211_slow_replica:SlowReplica', ('baseline',), ('sweep', 'server_metrics'),
     ),
     (
         'LD301', 'cold-start', 'Cold start on the first request', 'cold_start', 301,

@@ -8,6 +8,11 @@
   host is busy) and this machine's CPU when the server runs on it.
 - **KV-cache pressure**: the backend's KV usage and its preemptions during the run; requests
   waiting for KV blocks are then KV pressure showing, not a queue of their own.
+- **Queueing** seen as two populations: on one server with a queue, the requests that waited
+  their turn are the slow population. When the backend's own queue clock accounts for them
+  (`llmdoctor.queue_wait.split_by_queue`) the split is no replica imbalance: it is set aside and
+  the wait it shows is kept (`queue_wait_ms`), so a first request that waited as long is not read
+  as a cold start either.
 - **Noise**: how large a difference the run's own jitter and the client's lag can produce
   (`noise_ms`), which a follow-up's difference must clear several times to count.
 
@@ -25,6 +30,7 @@ from llmdoctor.noise import LAG_FACTOR, NOISY_LAG_MS
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.host import HostResult
 from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.queue_wait import split_by_queue
 from llmdoctor.stats import Split
 
 __all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_ms", "NOISE_MULTIPLE", "BUSY_CPU"]
@@ -55,6 +61,10 @@ class Confounders:
     server_local: bool = False
     kv_usage: float | None = None
     preemptions: float | None = None
+    #: What a queued request of ours waited, when the server's queue clock explains a split (ms).
+    queue_wait_ms: float | None = None
+    #: The server's evidence for that wait, in words.
+    queue_seen: str = ""
 
     @property
     def noisy_client(self) -> bool:
@@ -70,6 +80,9 @@ def confounders_from(base: BaselineResult, host: HostResult | None,
     p50, p90 = base.total_p50_ms, base.total_p90_ms
     delta = metrics.delta if metrics is not None else None
     split = base.mixed()
+    queued = split_by_queue(split, metrics) if split is not None else None
+    if queued is not None:
+        split = None  # requests that waited their turn, not two replicas
     return Confounders(
         split=split,
         alternating=split is not None and base.alternating(split),
@@ -80,6 +93,8 @@ def confounders_from(base: BaselineResult, host: HostResult | None,
         server_local=bool(host is not None and host.server_process is not None),
         kv_usage=metrics.worst("kv_cache_usage") if metrics is not None else None,
         preemptions=delta.preemptions if delta is not None and not delta.counter_reset else None,
+        queue_wait_ms=queued.wait_ms if queued is not None else None,
+        queue_seen=queued.seen if queued is not None else "",
     )
 
 
@@ -108,6 +123,9 @@ def first_pass_confounders(c: Confounders, waiting: float | None) -> tuple[list[
         if c.alternating:
             out.append(("replica_imbalance", WEAK, "slow and fast requests take turns, as round-robin over two "
                                                    "replicas would"))
+    elif c.queue_wait_ms is not None:
+        out.append(("replica_imbalance", 1 / WEAK, f"the slow warm requests waited ~{c.queue_wait_ms:,.0f} ms in the "
+                                                   f"server's queue ({c.queue_seen}): a queue, not two replicas"))
     elif c.warm_requests >= 4:
         out.append(("replica_imbalance", 1 / WEAK, f"{c.warm_requests} warm requests form one population"))
     if c.noisy_client:

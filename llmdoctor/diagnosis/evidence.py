@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from llmdoctor.causes import EXPLAINS_SHARE
 from llmdoctor.diagnosis.confounders import (
     BUSY_CPU,
     NOISE_MULTIPLE,
@@ -44,6 +45,7 @@ from llmdoctor.probes.catalog import (
 )
 from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.probes.sizes import DEFAULT_IDLE_S
+from llmdoctor.queue_wait import answered_before, queued_before
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.client_limits import ConcurrencyResult
     from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
     from llmdoctor.probes.idle import IdleResult
+    from llmdoctor.probes.metrics import ServerMetricsResult
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.transport import TransportResult
@@ -101,6 +104,8 @@ class Facts:
     confounders: Confounders = field(default_factory=Confounders)
     #: The worst scheduling lag of llmdoctor during the first request (ms).
     first_lag_ms: float | None = None
+    #: Why the first request may have waited in the server's queue (None: no queue evidence).
+    first_queue: str | None = None
 
 
 def _decode_per_token(timings: list[RequestTiming]) -> float | None:
@@ -119,12 +124,15 @@ def facts_from(ctx: Context) -> Facts:
     ok = base.ok_samples
     later = [t for t in base.warmup[1:] + base.samples if t.ok]
     models = info.models_timing if info is not None else None
+    confounders = confounders_from(base, host, metrics)
+    first_ttft = (first.ttft_ms or first.total_ms) if first is not None and first.ok else None
+    warm = base.ttft_p50_ms or base.total_p50_ms or 0.0
     return Facts(
         warm_ttft_ms=base.ttft_p50_ms or base.total_p50_ms or 0.0,
         warm_total_ms=base.total_p50_ms or 0.0,
         ttft_p90_ms=base.ttft_p90_ms or base.total_p90_ms or 0.0,
         decode_ms=_decode_per_token(ok),
-        first_ttft_ms=(first.ttft_ms or first.total_ms) if first is not None and first.ok else None,
+        first_ttft_ms=first_ttft,
         first_setup_ms=first.setup_ms if first is not None else 0.0,
         models_ms=models.total_ms if models is not None and models.ok else None,
         fresh=sum(1 for t in later if not t.reused_connection),
@@ -132,9 +140,35 @@ def facts_from(ctx: Context) -> Facts:
         setup_ms=[t.setup_ms for t in later if not t.reused_connection],
         waiting=metrics.worst("requests_waiting") if metrics is not None else None,
         typical_output_tokens=ctx.options.workload.typical_output_tokens,
-        confounders=confounders_from(base, host, metrics),
+        confounders=confounders,
         first_lag_ms=first.client_lag_ms if first is not None else None,
+        first_queue=_first_queue(first_ttft, first.setup_ms if first is not None else 0.0, warm, confounders,
+                                 metrics),
     )
+
+
+def _first_queue(first_ttft: float | None, setup_ms: float, warm: float, c: Confounders,
+                 metrics: ServerMetricsResult | None) -> str | None:
+    """Why the first request's extra time may be a wait in the server's queue, or None.
+
+    The first request runs before the first scrape: the scrape's cumulative queue-time histogram shows
+    a queue on a server that had already answered other clients (`queued_before`); or our warm requests
+    that waited their turn, by the server's queue clock, waited about as long (`Confounders.queue_wait_ms`).
+    Either way, with no sign of a cold start on the server's side: a server that had answered others was
+    loaded, whatever its log says of its start-up.
+    """
+    if first_ttft is None or metrics is None:
+        return None
+    penalty = cold_start_penalty_ms(first_ttft, setup_ms, warm)
+    others = answered_before(metrics.before)
+    if penalty <= 0 or others < 1:
+        return None  # nothing to explain, or the server may have met its first request ever: a cold start stays
+    if c.queue_wait_ms is not None and c.queue_wait_ms >= EXPLAINS_SHARE * penalty:
+        return (f"the server had answered {others:.0f} other requests before (it was loaded), and our warm requests "
+                f"that waited their turn took ~{c.queue_wait_ms:,.0f} ms more ({c.queue_seen}): a wait in the "
+                "queue, not a cold start")
+    before = queued_before(metrics.before, penalty)
+    return f"{before}: a wait in the queue, not a cold start" if before else None
 
 
 def symptom(f: Facts) -> str:
@@ -168,6 +202,9 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
             out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
         elif explained_by_lag(penalty, f.first_lag_ms):
             pass  # llmdoctor's own stall during the first request explains the difference
+        elif f.first_queue is not None:
+            out.append(("cold_start", 1 / WEAK, f"{seen}: {f.first_queue}"))
+            out.append(("queueing", WEAK, f"{seen}: {f.first_queue}"))
         elif penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
             out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
         elif penalty >= max(200.0, 2 * warm):
@@ -252,7 +289,12 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     out: list[Seen] = []
     if diff > 0 and explained_by_lag(diff, r.lag_ms):
         return [], {}  # llmdoctor's own stall during the two requests explains the difference
-    if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
+    # Two single requests: identical ones vary by the run's noise (a queue's waits among it: measured on
+    # vLLM 0.32 under a queue, 3,908 -> 5,364 ms while identical "Say ok." varied 2.6-7.1 s).
+    noise = noise_ms(f.confounders, [r.lag_ms])
+    if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100 and diff < NOISE_MULTIPLE * noise:
+        out.append(("long_prefill", WEAK, f"{seen}, within {NOISE_MULTIPLE:g}x the run's noise (±{noise:,.0f} ms)"))
+    elif r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
         out.append(("long_prefill", DECISIVE, seen))
     elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
         out.append(("long_prefill", 1 / DECISIVE, seen))
@@ -330,6 +372,8 @@ def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
     seen = f"after {r.idle_s:g} s idle: {penalty:+,.0f} ms against the warm median"
     if penalty > 0 and explained_by_lag(penalty, r.after_idle.client_lag_ms):
         return [], {}
+    if penalty > 0 and (f.first_queue is not None or f.confounders.queue_wait_ms is not None):
+        return [], {}  # requests wait in the server's queue: an after-idle request may have waited as well
     if penalty >= max(200.0, f.warm_ttft_ms):
         return ([("cold_start", DECISIVE, f"{seen}: the model was unloaded while idle")],
                 {"cold_start": (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
