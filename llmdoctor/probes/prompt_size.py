@@ -25,14 +25,18 @@ from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.catalog import DISCOVERY, PROMPT_SIZE
 
 __all__ = [
-    "LONG_SHARE", "SAMPLE_WORDS", "SIZE_BELOW_TOKENS", "WORST_TOKENS_PER_WORD", "PromptSize", "filler_prompt",
-    "long_prompt_words", "prompt_size", "window_of",
+    "LONG_SHARE", "SAMPLE_WORDS", "SIZED_MARGIN", "SIZE_BELOW_TOKENS", "WORST_TOKENS_PER_WORD", "PromptSize",
+    "filler_prompt", "long_prompt_words", "prompt_size", "window_of",
 ]
 
 #: The share of the context window a long probe prompt may fill.
 LONG_SHARE = 0.5
 #: Filler words in the sample sent to the tokenizer.
 SAMPLE_WORDS = 200
+#: The share of that budget a sized prompt aims at: random filler words (and the random nonce) do not
+#: all cost the sample's mean; on the real vLLM tier a prompt sized for 512 tokens at the sample's
+#: 3.06 tokens a word counted 529 (CI, 2026-12-01), about one standard deviation of the two samples.
+SIZED_MARGIN = 0.9
 #: The tokens a word assumed without the server's count: above the vLLM tier's 3.06.
 WORST_TOKENS_PER_WORD = 4.0
 #: Windows from this size up hold the longest probe prompt (1,000 words, ~50 fixed tokens) at the
@@ -112,12 +116,13 @@ def prompt_size(ctx: Context) -> PromptSize:
 
 def long_prompt_words(ctx: Context, words: int, *, share: float = LONG_SHARE, min_words: int = 60) -> int:
     """Words (the instruction's 12 included) of a long probe prompt: `words`, fewer if they would not fit
-    `share` of the window — counted by the server's tokenizer (``prompt_size``) when the window is small,
+    `share` of the window — counted by the server's tokenizer (``prompt_size``) when the window is small
+    (aiming at `SIZED_MARGIN` of that share, as random words vary),
     else assuming `WORST_TOKENS_PER_WORD` (a window of `SIZE_BELOW_TOKENS` or more holds them as they are).
     At least `min_words`."""
     size = ctx.optional(PROMPT_SIZE)
     if size is not None:
-        fits = size.words_for(int(size.window * share)) + 12  # callers count the instruction as 12 words
+        fits = size.words_for(int(size.window * share * SIZED_MARGIN)) + 12  # callers count the instruction as 12
     else:
         window, _ = window_of(ctx)
         if window is None or window >= SIZE_BELOW_TOKENS:
