@@ -211,6 +211,15 @@ def test_flat_latency_fit_on_a_busy_host_is_never_negative_nor_a_floor(busy_run:
     _assert_fit_honest(busy_run, busy=True)
 
 
+def _sweep_slope(points: list[dict[str, Any]]) -> float:
+    """ms per output token between the median totals of the sweep's shortest and longest answers."""
+    by_tokens: dict[int, list[float]] = {}
+    for p in points:
+        by_tokens.setdefault(p["max_tokens"], []).append(p["timing"]["total_ms"])
+    low, high = min(by_tokens), max(by_tokens)
+    return (statistics.median(by_tokens[high]) - statistics.median(by_tokens[low])) / (high - low)
+
+
 def _assert_fit_honest(run: dict[str, Any], busy: bool = False) -> None:
     report = run["report"]
     breakdown = report["breakdown"]
@@ -232,7 +241,11 @@ def _assert_fit_honest(run: dict[str, Any], busy: bool = False) -> None:
     assert fixed is None or 0 <= fixed < 60, seen
     if report["client_host"]["saturated"]:
         assert fixed is not None or "not determined" in breakdown["fit_note"], seen
-        assert per_token is None or 2.0 < per_token < 60.0, seen
+        # How slow a starved server decodes is the host's business (~29 ms a token under busy loops, 541 ms
+        # in one CI run where other servers competed too: 35 s for 64 tokens): the fit must agree with
+        # the sweep's own slope between its shortest and longest answers, not with a fixed band.
+        slope = _sweep_slope(points)
+        assert per_token is None or (per_token > 2.0 and 0.5 * slope <= per_token <= 1.5 * slope), (seen, slope)
         return
     assert interval is not None and interval[1] < 60, seen
     # ≈ 8 ms per output token measured by hand on these cores (4 ms quiet, ~29 ms under contention).
