@@ -52,7 +52,6 @@ from tests.vllm_server import (
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 CHECK_TIMEOUT_S = 420
-NOT_YET = "issue {n}: {why}"
 
 
 def _check(server: VllmServer, *args: str, timeout: float = CHECK_TIMEOUT_S) -> Result:
@@ -135,17 +134,20 @@ class TestHealthy:
         assert f"Process {server.pid}" in finding["message"]
         assert "connection refused" in finding["message"].lower()
 
-    @pytest.mark.xfail(strict=False, reason=NOT_YET.format(
-        n=15, why="holds on a quiet host (XPASS in CI, 2026-12-01), not under busy loops: with one busy loop per "
-        "core (queue16 branch, 2026-12-01 17:40 UTC) LD208 warned 'Server host pressure: CPU 100% busy' (vLLM's "
-        "worker 91% of a core, the loops and other work the rest) and nothing was confirmed. The host was busy, so "
-        "the warning is true; whether a busy host with no measured cost may warn on a healthy server is LD208's "
-        "question (issue 15, item 6). Depends on the host's load, hence not strict"))
     def test_healthy_server_has_no_warning_cause_and_nothing_confirmed(self, healthy: dict[str, Any]) -> None:
+        """No cause is named on a healthy server, and nothing is confirmed.
+
+        One warning is true there and allowed: LD208's host pressure, when the run itself measured its
+        host saturated (``client_host.saturated``: vLLM shares this host). Under one busy loop per core
+        it says "CPU 100% busy" (measured 2026-12-01: vLLM's worker 91% of a core, the loops the rest);
+        on a quiet host the run measures no saturation and LD208 must stay quiet.
+        """
         server: VllmServer = healthy["server"]
         report = _save(healthy["tmp"], "healthy", _check(server))
+        host_saturated = bool((report.get("client_host") or {}).get("saturated"))
         loud = [f"{f['check_id']} {f['severity']}: {f['title']}" for f in report["findings"]
-                if f["severity"] in ("warning", "critical")]
+                if f["severity"] in ("warning", "critical")
+                and not (f["check_id"] == "LD208" and host_saturated)]
         assert not loud, loud
         assert not (report.get("diagnosis") or {}).get("confirmed"), _summary(report)
 
