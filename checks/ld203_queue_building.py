@@ -15,7 +15,7 @@ from llmdoctor.probes.backends import knob
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.metrics import MetricsDelta
-from llmdoctor.probes.timing import ClockKind, ClockOrigin
+from llmdoctor.probes.timing import ClockKind
 from llmdoctor.queue_wait import MIN_QUEUE_MS, waits_by_queue
 
 QUEUE_SHARE = 0.2
@@ -206,8 +206,8 @@ def _clocked_queue(base: BaselineResult) -> _Clocked | None:
     samples = base.ok_samples
     pairs = []
     for t in samples:
-        clock = judge(t).accepted.get(ClockKind.QUEUE)
-        if clock is not None and clock.origin != ClockOrigin.METRICS:
+        clock = judge(t).own(ClockKind.QUEUE)
+        if clock is not None:
             pairs.append((clock.ms, t.ttft_ms or t.total_ms, clock.source))
     if not pairs:
         return None

@@ -151,6 +151,11 @@ class ClockSet:
         clock = self.accepted.get(kind)
         return clock.ms if clock is not None else None
 
+    def own(self, kind: str) -> ServerClock | None:
+        """The accepted clock of `kind` that the request itself carried (its headers or body), not a metrics mean."""
+        clock = self.accepted.get(kind)
+        return clock if clock is not None and clock.origin != ClockOrigin.METRICS else None
+
     def source(self, *kinds: str) -> str:
         """The sources of the accepted clocks among `kinds`, joined with ' + '."""
         return " + ".join(dict.fromkeys(_describe(c) for k in kinds if (c := self.accepted.get(k)))) or ""

@@ -122,8 +122,8 @@ def _token_clock(extra: list[ServerClock], native: RequestTiming | None,
 
 
 def _own_decode(cs: ClockSet) -> tuple[float | None, str]:
-    clock = cs.accepted.get(ClockKind.DECODE)
-    if clock is None or clock.origin == ClockOrigin.METRICS:
+    clock = cs.own(ClockKind.DECODE)
+    if clock is None:
         return None, ""
     return clock.ms, clock.source
 

@@ -34,7 +34,7 @@ from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
 from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
-from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming
+from llmdoctor.probes.timing import ClockKind, RequestTiming
 
 __all__ = ["PrefillResult", "ServerRate", "prefill", "server_rate"]
 
@@ -86,13 +86,13 @@ def server_rate(short: RequestTiming, long: RequestTiming, short_tokens: int, lo
     clocks, aside = [], []
     for t in (short, long):
         cs = judge(t)
-        clocks.append(cs.accepted.get(ClockKind.PREFILL))
+        clocks.append(cs.own(ClockKind.PREFILL))
         own = {c.source for c in t.server_clocks if c.kind == ClockKind.PREFILL}
         aside += [why for why in cs.set_aside if any(why.startswith(source) for source in own)]
     if aside:
         return ServerRate(None, note="; ".join(aside))
     a, b = clocks
-    if a is None or b is None or a.origin == ClockOrigin.METRICS or b.origin == ClockOrigin.METRICS:
+    if a is None or b is None:
         return ServerRate(None, note="no server clock timed the prompt of these requests")
     if long_tokens <= short_tokens or b.ms <= a.ms:
         return ServerRate(None, a.source, a.origin,
