@@ -29,7 +29,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.probes.timing import ClockOrigin, RequestTiming
 
 __all__ = [
     "BURST_TOKENS",
@@ -66,7 +66,7 @@ HOP_SERVERS = ("nginx", "openresty", "envoy", "caddy", "traefik", "cloudflare", 
 #: A stream whose first token came at this share of its total or later arrived whole at the end.
 WHOLE_TTFT_SHARE = 0.9
 #: The token clocks that are the server's own (the others are inferred from the client's timings).
-SERVER_TOKEN_CLOCKS = ("server_body", "server_metrics")
+SERVER_TOKEN_CLOCKS = (ClockOrigin.BODY, ClockOrigin.METRICS)
 
 
 @dataclass(frozen=True)
