@@ -14,7 +14,6 @@ from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Se
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
-from llmdoctor.probes.metrics import MetricsDelta
 from llmdoctor.probes.timing import ClockKind
 from llmdoctor.queue_wait import MIN_QUEUE_MS, waits_by_queue
 
@@ -89,7 +88,7 @@ class QueueBuilding(Check):
         queue_ms = d.queue_ms if d else None
         base = ctx.optional(BASELINE)
         our_ttft_ms = _mean_ttft(base)
-        seen = _observed(d, "queue_time")
+        seen = d.observed("queue_time") if d else None
         ours = queue_ms is not None and d is not None and d.our_requests > 0 and seen == d.our_requests
         # No histogram delta of our requests alone: the server may have timed each of them itself.
         clocked = None if ours or base is None else _clocked_queue(base)
@@ -105,7 +104,7 @@ class QueueBuilding(Check):
             share = ratio = clocked.mean_ms / clocked.ttft_ms if clocked.ttft_ms else None
         elif ours and d is not None and queue_ms is not None:
             # Server TTFT over the same requests when its histogram also holds just ours, else our own TTFT.
-            ttft_ms = d.ttft_ms if d.ttft_ms and _observed(d, "ttft") == d.our_requests else our_ttft_ms
+            ttft_ms = d.ttft_ms if d.ttft_ms and d.observed("ttft") == d.our_requests else our_ttft_ms
             share = ratio = queue_ms / ttft_ms if ttft_ms else None
         elif queue_ms is not None and our_ttft_ms:
             # a server-wide mean: at most all of our mean TTFT (a mean, as the histogram's is)
@@ -222,13 +221,6 @@ def _mean_ttft(base: BaselineResult | None) -> float | None:
         return None
     values = [t.ttft_ms for t in base.ok_samples if t.ttft_ms is not None]
     return statistics.fmean(values) if values else None
-
-
-def _observed(d: MetricsDelta | None, histogram: str) -> float | None:
-    """Observations `histogram` gained over the window (recordings older than the counts: the requests seen)."""
-    if d is None:
-        return None
-    return d.counts.get(histogram, d.requests) if d.counts else d.requests
 
 
 def _count(n: float | None) -> str:

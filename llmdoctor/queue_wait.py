@@ -76,7 +76,7 @@ def _explained(n_slow: int, extra: float, metrics: ServerMetricsResult | None) -
     d = metrics.delta
     has_histogram = metrics.before.queue_time is not None
     if d is not None and not d.counter_reset and d.queue_ms is not None:
-        seen_n = d.counts.get("queue_time", d.requests or 0.0) if d.counts else (d.requests or 0.0)
+        seen_n = d.observed("queue_time") or 0.0
         total_ms = d.queue_ms * seen_n
         if d.queue_ms < MIN_QUEUE_MS or total_ms < EXPLAINS_SHARE * n_slow * extra:
             return None

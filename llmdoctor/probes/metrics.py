@@ -168,6 +168,10 @@ class MetricsDelta:
     rejected_4xx: float | None = None
     counter_reset: bool = False
 
+    def observed(self, histogram: str) -> float | None:
+        """Observations `histogram` gained over the window (recordings older than `counts`: the requests seen)."""
+        return self.counts.get(histogram, self.requests) if self.counts else self.requests
+
 
 @dataclass
 class ServerMetricsResult:
