@@ -193,9 +193,10 @@ def test_flat_latency_fit_separates_a_fixed_and_a_per_token_cost(full_run: dict[
     cost (a 1-token request: 10-45 ms) is positive. Since the fit is robust with an interval (issue 15),
     an intercept whose interval spans zero is "not determined" and shown as no number rather than a
     negative one. What is asserted: the true fixed cost is positive and small, the fit's intercept is
-    small or not determined with an interval whose top is small (no flat latency: LD702 stays silent),
-    and the per-token cost is in a plausible band. When the run itself says the client host was
-    saturated (other work on this machine), the busy-host assertions below apply instead.
+    small, or not determined whenever its interval reaches 60 ms (no flat latency: LD702 stays silent),
+    and the per-token cost is determined, in a plausible band and close to the sweep's own slope. When the
+    run itself says the client host was saturated (other work on this machine), the busy-host assertions
+    below apply instead.
     """
     one_token = [p["timing"]["total_ms"] for p in _probe(full_run["measurements"], "sweep")["points"]
                  if p["max_tokens"] == 1]
@@ -236,6 +237,11 @@ def _assert_fit_honest(run: dict[str, Any], busy: bool = False) -> None:
         assert point["timing"]["finish_reason"] == "length"
         assert point["timing"]["content_events"] == point["max_tokens"], point
     assert "LD702" not in all_finding_ids(report)
+    by_tokens: dict[int, list[float]] = {}
+    for p in points:
+        by_tokens.setdefault(p["max_tokens"], []).append(round(p["timing"]["total_ms"], 1))
+    print(f"\nsweep totals by max_tokens: {by_tokens}; fit {report['breakdown']['fixed_interval_ms']} "
+          f"{report['breakdown']['per_token_ms']} {report['breakdown']['per_token_interval_ms']}")
     fixed, interval, per_token = breakdown["fixed_ms"], breakdown["fixed_interval_ms"], breakdown["per_token_ms"]
     seen = (fixed, interval, per_token, breakdown["per_token_interval_ms"], breakdown["fit_note"])
     assert fixed is None or 0 <= fixed < 60, seen
@@ -247,9 +253,19 @@ def _assert_fit_honest(run: dict[str, Any], busy: bool = False) -> None:
         slope = _sweep_slope(points)
         assert per_token is None or (per_token > 2.0 and 0.5 * slope <= per_token <= 1.5 * slope), (seen, slope)
         return
-    assert interval is not None and interval[1] < 60, seen
-    # ≈ 8 ms per output token measured by hand on these cores (4 ms quiet, ~29 ms under contention).
-    assert per_token is not None and 2.0 < per_token < 40.0, seen
+    # On a quiet host the fit must have an interval, and when that interval cannot rule out a fixed cost of
+    # 60 ms or more the fit must say the fixed cost is not determined rather than give one. How narrow the
+    # interval is, is the host's business: quiet runs here measured tops of 39, 50 and 53 ms (64-token
+    # answers 110-130 ms apart between repeats), and one CI run 142.7 (-63.0 to 142.7, 13.8 ms a token)
+    # on a host the load probe did not call saturated; the doctor said "not determined" there, as it must.
+    assert interval is not None and interval[0] <= interval[1], seen
+    assert interval[1] < 60 or (fixed is None and "fixed cost not determined" in breakdown["fit_note"]), seen
+    # The cost per token is determined (interval no wider than the estimate) and agrees with the sweep's own
+    # slope between its shortest and longest answers: ≈ 8-17 ms a token measured here quiet.
+    slope = _sweep_slope(points)
+    low, high = breakdown["per_token_interval_ms"]
+    assert per_token is not None and 2.0 < per_token < 40.0 and high - low <= per_token, seen
+    assert 0.5 * slope <= per_token <= 1.5 * slope, (seen, slope)
 
 
 def test_long_prompt_costs_more_time_to_first_token(full_run: dict[str, Any]) -> None:
