@@ -112,7 +112,12 @@ def _prompt_size_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2)]
+    chats = [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2)]
+    if not o.workload.request_files:
+        return chats
+    # The two prompts counted by the tokenizer server_tokens found (llama.cpp: /apply-template + /tokenize each).
+    return [*chats, request("POST", f"{e.root}/tokenize", '{"messages": [the short or the long prompt]}', 4,
+                            "only when the answers report no usage and the server's tokenizer counted --request")]
 
 
 def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -280,7 +285,7 @@ PROMPT_SIZE: Probe[PromptSize] = Probe(
 PREFILL: Probe[PrefillResult] = Probe(
     "prefill", "llmdoctor.probes.prefill:prefill", "llmdoctor.probes.prefill:PrefillResult",
     "a short and a long prompt: prefill cost per prompt token",
-    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_prefill_plan,
+    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE, SERVER_TOKENS), plan=_prefill_plan,
     title="a short and a long prompt (the cost of prompt processing)",
 )
 TRANSPORT: Probe[TransportResult] = Probe(

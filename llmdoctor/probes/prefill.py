@@ -18,6 +18,12 @@ clock that does not grow with the prompt is not used; the note says why.
 Metrics histograms are not used here: they are means over scrapes around the
 baseline's short prompts, not timings of these two requests.
 
+Prompt tokens come from the answers' usage; streams without usage (llama-cpp-python) are
+counted by the server's tokenizer when ``server_tokens`` found one (two more requests,
+only with ``--request``), else by ``prompt_size``'s tokens a filler word, else at 1.3 tokens a
+word. That guess matters: this filler costs ~2.4 tokens a word with the tiny llama.cpp tier's
+tokenizer, and a rate per token over half the true tokens is twice the true rate.
+
 Each prompt starts with a fresh random nonce so a prefix cache cannot serve it
 (a prefix both share, the chat template's, cancels out in the difference).
 The probe runs only after the baseline succeeded, so a dead endpoint costs no
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from llmdoctor.clocks import judge
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.probes.baseline import describe_failure
-from llmdoctor.probes.catalog import BASELINE, DISCOVERY
+from llmdoctor.probes.catalog import BASELINE, DISCOVERY, PROMPT_SIZE, SERVER_TOKENS
 from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
 from llmdoctor.probes.timing import ClockKind, RequestTiming
 
@@ -51,7 +57,10 @@ class PrefillResult:
     short_ttft_ms: float
     long_ttft_ms: float
     per_token_ms: float
-    tokens_source: str  # "usage" (server-reported prompt_tokens) or "estimate (words)"
+    #: "usage" (the answers' prompt_tokens), "server tokenizer (…)" (the prompts counted by the tokenizer
+    #: ``server_tokens`` found), "server tokenizer's rate (…)" (``prompt_size``'s tokens a filler word) or
+    #: "estimate (1.3 tokens a word)".
+    tokens_source: str
     #: The worst scheduling lag of llmdoctor while the two requests ran (ms; None: not measured).
     lag_ms: float | None = None
     #: The same cost by the server's own prompt clock (None: no usable server clock; `server_note` says why).
@@ -106,6 +115,29 @@ def _prompt(words: int, rng: random.Random) -> str:
     return filler_prompt(max(1, words - 12), rng)
 
 
+def _count_prompts(ctx: Context, prompts: list[str], words: tuple[int, int], model: str | None,
+                   ) -> tuple[int, int, str]:
+    """Tokens of the two prompts when the answers reported none: the server's tokenizer when
+    `server_tokens` found it (2 requests; 4 for llama.cpp), else its rate per filler word when
+    `prompt_size` measured one (no request), else 1.3 tokens a word."""
+    from llmdoctor.probes.tokens import count_with
+
+    found = ctx.optional(SERVER_TOKENS)
+    if found is not None:
+        counted = count_with(ctx, found, [[{"role": "user", "content": p}] for p in prompts], model)
+        if counted is not None and counted[0][1] > counted[0][0] > 0:
+            (short_tokens, long_tokens), how = counted
+            return short_tokens, long_tokens, f"server tokenizer ({how})"
+    size = ctx.optional(PROMPT_SIZE)
+    if size is not None:
+        # The instruction counts 12 words of each prompt and is in the fixed part of the sample.
+        short_tokens, long_tokens = (round(size.fixed_tokens + max(1, n - 12) * size.tokens_per_word) for n in words)
+        return short_tokens, long_tokens, (f"server tokenizer's rate ({size.tokens_per_word:.2f} tokens a filler "
+                                           f"word, {size.counted_by})")
+    # Common English words are about 1.3 tokens each with BPE vocabularies.
+    return round(words[0] * 1.3), round(words[1] * 1.3), "estimate (1.3 tokens a word)"
+
+
 def prefill(ctx: Context) -> PrefillResult:
     """Measure the prefill cost per prompt token with one short and one long prompt."""
     if ctx.optional(BASELINE) is None:
@@ -116,8 +148,9 @@ def prefill(ctx: Context) -> PrefillResult:
     rng = random.Random()
     extra = {"model": model} if model else None
     timings = []
-    for words in (SHORT_WORDS, long_words):
-        timing = ctx.client.chat(_prompt(words, rng), max_tokens=1, stream=True, extra=extra)
+    prompts = [_prompt(words, rng) for words in (SHORT_WORDS, long_words)]
+    for words, prompt in zip((SHORT_WORDS, long_words), prompts):
+        timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra=extra)
         if not timing.ok or timing.ttft_ms is None:
             raise ProbeUnavailable(f"prefill request ({words} words) failed: {describe_failure(timing)}")
         timings.append(timing)
@@ -125,9 +158,7 @@ def prefill(ctx: Context) -> PrefillResult:
     if short.prompt_tokens and long.prompt_tokens and long.prompt_tokens > short.prompt_tokens:
         short_tokens, long_tokens, source = short.prompt_tokens, long.prompt_tokens, "usage"
     else:
-        # Common English words are about 1.3 tokens each with BPE vocabularies.
-        short_tokens, long_tokens = round(SHORT_WORDS * 1.3), round(long_words * 1.3)
-        source = "estimate (1.3 tokens a word)"
+        short_tokens, long_tokens, source = _count_prompts(ctx, prompts, (SHORT_WORDS, long_words), model)
     assert short.ttft_ms is not None and long.ttft_ms is not None
     per_token = max(0.0, (long.ttft_ms - short.ttft_ms) / (long_tokens - short_tokens))
     lags = [t.client_lag_ms for t in timings if t.client_lag_ms is not None]

@@ -51,6 +51,7 @@ __all__ = [
     "prompt_tokens",
     "estimate_tokens",
     "count_messages",
+    "count_with",
 ]
 
 SAMPLE = SERVER_TOKENS_SAMPLE
@@ -304,6 +305,28 @@ def count_messages(ctx: Context, chats: list[list[dict[str, Any]]], model: str |
             return None
         counts.append(counted[0])
     return counts, f"{api.name} {api.path}" + (" (chat template)" if result[2] else "")
+
+
+#: The body key of each tokenizer API's plain-text count (as `_detect` finds them).
+_TEXT_KEYS = {"vllm": "prompt", "llama.cpp": "content", "tgi": "inputs", "llama-cpp-python": "input"}
+
+
+def count_with(ctx: Context, found: ServerTokens, chats: list[list[dict[str, Any]]], model: str | None,
+               ) -> tuple[list[int], str] | None:
+    """Tokens of each chat request by the tokenizer API that `server_tokens` found (no detection: one
+    request a chat, two for llama.cpp's /apply-template first); None when one count fails."""
+    key = _TEXT_KEYS.get(found.api)
+    if key is None:
+        return None
+    api = _Api(found.api, found.path, key, model)
+    counts, templated = [], True
+    for messages in chats:
+        counted = _count_body(ctx, api, {"messages": messages})
+        if counted is None:
+            return None
+        counts.append(counted[0])
+        templated = templated and counted[1]
+    return counts, f"{api.name} {api.path}" + (" (chat template)" if templated else "")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def _plan(h: Handler, data: dict[str, Any], chat: bool) -> _Plan:
     return _Plan(
         chat=chat,
         stream=bool(data.get("stream")),
-        include_usage=bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
+        include_usage=p.stream_usage and bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
         prompt_tokens=prompt_tokens,
         reasoning=tok.reasoning_tokens(n_reasoning),
         content=tok.generated_tokens(total - n_reasoning),

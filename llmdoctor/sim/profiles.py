@@ -70,6 +70,9 @@ class LatencyProfile:
     flavor: str = "vllm"
     #: False: ``ignore_eos`` is accepted and ignored (llama-cpp-python); ``min_tokens`` always works.
     honours_ignore_eos: bool = True
+    #: False: streams carry no ``usage`` whatever ``stream_options.include_usage`` asks (llama-cpp-python
+    #: 0.3: its streamed chunks have no usage field), so a client must count prompt tokens otherwise.
+    stream_usage: bool = True
     #: Refuse generation requests in a cycle of this many (counted from the first): the last
     #: `refuse_burst` of each cycle get `refuse_status` (``refuse_every=2``: every 2nd; ``5`` with a
     #: burst of 2: two in a row after three accepted). None: never.
