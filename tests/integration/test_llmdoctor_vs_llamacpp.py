@@ -300,8 +300,14 @@ def test_without_a_server_prompt_clock_the_prefill_cost_says_it_is_inferred(full
     lines = [(float(ms), int(n)) for ms, n in PROMPT_EVAL.findall(full_run["log"])]
     longest = max(range(len(lines)), key=lambda i: lines[i][1])
     (short_ms, short_n), (long_ms, long_n) = lines[longest - 1], lines[longest]
+    by_log = (long_ms - short_ms) / (long_n - short_n)
     print(f"\nprefill probe: {prefill}\nserver log: short {short_ms} ms / {short_n} tokens, long {long_ms} ms / "
-          f"{long_n} tokens: {(long_ms - short_ms) / (long_n - short_n):.3f} ms a prompt token by the server")
+          f"{long_n} tokens: {by_log:.3f} ms a prompt token by the server")
+    # Streams carry no usage: the prompts were counted by the tokenizer server_tokens found for --request.
+    # Before, 1.3 tokens a word was assumed where this tokenizer spends ~2.4, and the rate was ~2x the log's.
+    assert prefill["tokens_source"].startswith("server tokenizer (llama-cpp-python /extras/tokenize"), prefill
+    assert abs(prefill["long_tokens"] - long_n) <= 0.05 * long_n, (prefill["long_tokens"], long_n)
+    assert 0.7 * by_log <= prefill["per_token_ms"] <= 1.3 * by_log, (prefill["per_token_ms"], by_log)
 
 
 def test_log_scan_reports_no_errors_in_a_healthy_llamacpp_log(full_run: dict[str, Any]) -> None:
@@ -363,7 +369,10 @@ def test_streamed_totals_agree_with_the_servers_own_log(
     ran = {c["check_id"]: c["status"] for c in report["checks"]}
     assert ran["LD701"] in ("passed", "failed") and ran["LD702"] in ("passed", "failed")
     assert ran["LD703"] in ("passed", "failed")
-    assert report["breakdown"]["per_token_ms"] > 0
+    # A loaded host (another server decoding, abandoned requests of a busy run still generating) may leave
+    # the sweep's slope undetermined: then the fit must say so instead of a number.
+    breakdown = report["breakdown"]
+    assert (breakdown["per_token_ms"] or 0) > 0 or "cost per token not determined" in breakdown["fit_note"], breakdown
 
     gens = _generations(json.loads(saved.read_text()))
     server_totals = _perf_totals(_wait_for_perf_lines(llama_server, offset, len(gens)))
