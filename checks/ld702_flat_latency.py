@@ -9,10 +9,14 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import timing_confidence
-from llmdoctor.probes.catalog import CLIENT_HOST, SWEEP
+from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SWEEP
+from llmdoctor.stats import median
 
 FIXED_SHARE_LIMIT = 0.5
 MIN_FIXED_MS = 100.0
+#: A fixed cost every request pays is at most the whole of the median warm baseline request (which pays it
+#: plus a prefill and 8 tokens); beyond this factor of it (noise between the two probes) it is not fixed.
+FLOOR_SLACK = 1.5
 
 
 class FlatLatency(Check):
@@ -53,7 +57,13 @@ class FlatLatency(Check):
     that is not positive, as when the per-token cost grows with the length)
     is "not determined": skipped, unless even its interval's top is under
     100 ms. Samples of two populations (one slow replica, LD211) are not
-    fitted as one. On a saturated client host, or with fewer requests than
+    fitted as one. A fixed cost above 1.5× the whole of the median warm
+    baseline request (the "Say ok." floor, measured in the same run, pays
+    the fixed cost and more) is not paid by every request: skipped, saying
+    so (found on real vLLM with ``--max-num-seqs 1`` under other clients'
+    streams on a busy host: the sweep's requests waited 5.7 s in the queue,
+    the median baseline request took 1.9 s in all).
+    On a saturated client host, or with fewer requests than
     asked, the confidence is lowered. The fixed cost includes the sweep
     prompt's prefill and the network round trip from this machine.
     """
@@ -63,7 +73,7 @@ class FlatLatency(Check):
     title = "Flat-latency fit: fixed vs per-token cost"
     category = Category.BASELINE
     requires = (SWEEP,)
-    optional = (CLIENT_HOST,)
+    optional = (CLIENT_HOST, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep = ctx.get(SWEEP)
@@ -87,6 +97,14 @@ class FlatLatency(Check):
         share = fit.fixed_share(typical)
         if fixed < MIN_FIXED_MS or share < FIXED_SHARE_LIMIT:
             return
+        baseline = ctx.optional(BASELINE)
+        whole = median([t.total_ms for t in baseline.warm if t.total_ms is not None]) if baseline else None
+        if baseline is not None and whole is not None and fixed > FLOOR_SLACK * whole:
+            raise CheckSkipped(
+                f"the sweep's fixed cost ({fixed:,.0f} ms) is {fixed / whole:.1f}× the whole of a typical warm "
+                f"\"Say ok.\" request ({whole:,.0f} ms median, {baseline.samples_note()}): not a cost every "
+                "request pays but a wait that grew between the probes (a queue behind other clients' requests, "
+                "a busy host); see the queue (LD203) and the floor (LD701)")
         timings = [p.timing for p in sweep.ok_points]
         interval = fit.fixed_interval
         within = f" (interval {interval[0]:,.0f}–{interval[1]:,.0f} ms)" if interval else ""

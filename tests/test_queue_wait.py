@@ -241,10 +241,12 @@ def test_ld203_sets_aside_an_impossible_per_request_clock() -> None:
 
 
 # -- the whole report, replayed from the real runs -------------------------------------------------------
-@pytest.mark.parametrize("name", ["queue_check_all_waited", "queue_check_some_waited", "queue_check_uneven_waits"])
+@pytest.mark.parametrize("name", ["queue_check_all_waited", "queue_check_some_waited", "queue_check_uneven_waits",
+                                  "queue_check_busy_host"])
 def test_recorded_vllm_queue_runs_rank_queueing_first_in_json_and_text(
         name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Three shapes of the real queue (every request of ours waited; 2 of 5 did, alike or not): queueing is first,
+    """Four shapes of the real queue (every request of ours waited; 2 of 5 did, alike or not; the sweep waited far
+    longer than the baseline on a busy host): queueing is first,
     in the JSON and in the text, and no slow replica or cold start is confirmed or ranked above it."""
     recording = str(FIXTURES / "vllm" / f"{name}.measurements.json")
     report = run_cli(capsys, "replay", recording, "--json").report
