@@ -275,13 +275,16 @@ def test_queueing_makes_the_second_request_wait() -> None:
             c.close()
         metrics = {f.name: f for f in text_string_to_metric_families(server.metrics_text())}
     durations.sort()
-    assert seen == (1.0, 1.0)
-    assert durations[0] >= 0.18
-    assert durations[1] >= 0.38  # waited for the first one to finish
-    assert durations[1] - durations[0] >= 0.1
+    assert seen == (1.0, 1.0)  # one running while the other waited: the queue happened
+    assert durations[0] >= 0.18  # the 200 ms of service
     queue = {s.name: s.value for s in metrics["vllm:request_queue_time_seconds"].samples}
     assert queue["vllm:request_queue_time_seconds_count"] == 2
-    assert queue["vllm:request_queue_time_seconds_sum"] >= 0.15
+    # How long the second waited depends on when its thread got to send it (0.127 s measured under a loaded
+    # host, ~0.2 s quiet), so no fixed bound: the server counted a wait, and the client saw that wait and the
+    # service on top of it (the server's clock lies within the client's).
+    waited = queue["vllm:request_queue_time_seconds_sum"]
+    assert waited > 0.0
+    assert durations[1] >= 0.18 + waited - 0.01, (durations, waited)
 
 
 # -- faults ----------------------------------------------------------------------------------------
