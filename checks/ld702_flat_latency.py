@@ -10,12 +10,11 @@ from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.noise import timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SWEEP
-from llmdoctor.stats import median
 
 FIXED_SHARE_LIMIT = 0.5
 MIN_FIXED_MS = 100.0
-#: A fixed cost every request pays is at most the whole of the median warm baseline request (which pays it
-#: plus a prefill and 8 tokens); beyond this factor of it (noise between the two probes) it is not fixed.
+#: A fixed cost every request pays is at most the whole of the median baseline request (LD701's floor, which
+#: pays it plus a prefill and 8 tokens); beyond this factor of it (noise between the two probes) it is not fixed.
 FLOOR_SLACK = 1.5
 
 
@@ -57,9 +56,9 @@ class FlatLatency(Check):
     that is not positive, as when the per-token cost grows with the length)
     is "not determined": skipped, unless even its interval's top is under
     100 ms. Samples of two populations (one slow replica, LD211) are not
-    fitted as one. A fixed cost above 1.5× the whole of the median warm
-    baseline request (the "Say ok." floor, measured in the same run, pays
-    the fixed cost and more) is not paid by every request: skipped, saying
+    fitted as one. A fixed cost above 1.5× the whole of the median
+    baseline request (LD701's "Say ok." floor, measured in the same run,
+    pays the fixed cost and more) is not paid by every request: skipped, saying
     so (found on real vLLM with ``--max-num-seqs 1`` under other clients'
     streams on a busy host: the sweep's requests waited 5.7 s in the queue,
     the median baseline request took 1.9 s in all).
@@ -98,7 +97,7 @@ class FlatLatency(Check):
         if fixed < MIN_FIXED_MS or share < FIXED_SHARE_LIMIT:
             return
         baseline = ctx.optional(BASELINE)
-        whole = median([t.total_ms for t in baseline.warm if t.total_ms is not None]) if baseline else None
+        whole = baseline.total_p50_ms if baseline is not None else None
         if baseline is not None and whole is not None and fixed > FLOOR_SLACK * whole:
             raise CheckSkipped(
                 f"the sweep's fixed cost ({fixed:,.0f} ms) is {fixed / whole:.1f}× the whole of a typical warm "
