@@ -178,11 +178,19 @@ def _count_of(answer: Any) -> tuple[int | None, int | None]:
     return None, None
 
 
+#: The body key of each tokenizer API's plain-text count.
+_TEXT_KEYS = {"vllm": "prompt", "llama.cpp": "content", "tgi": "inputs", "llama-cpp-python": "input"}
+
+
 class _Api:
     """One server tokenizer API: how to ask it for the count of a body."""
 
-    def __init__(self, name: str, path: str, key: str, model: str | None) -> None:
-        self.name, self.path, self.key, self.model = name, path, key, model
+    def __init__(self, name: str, path: str, model: str | None) -> None:
+        self.name, self.path, self.key, self.model = name, path, _TEXT_KEYS[name], model
+
+    def counted_by(self, templated: bool) -> str:
+        """The API's name and path, as the counts' source says it."""
+        return f"{self.name} {self.path}" + (" (chat template)" if templated else "")
 
     def text_body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {self.key: text}
@@ -263,7 +271,7 @@ def _count_body(ctx: Context, api: _Api, body: dict[str, Any]) -> tuple[int, boo
 
 def _detect(ctx: Context, model: str | None, body: dict[str, Any]) -> tuple[_Api | None, Any]:
     """Find the tokenizer API by asking it to count `body`; ((api), (count, limit, templated))."""
-    vllm = _Api("vllm", "/tokenize", "prompt", model)
+    vllm = _Api("vllm", "/tokenize", model)
     if "messages" in body:
         req: dict[str, Any] = {"messages": body["messages"], "add_generation_prompt": True}
         if model:
@@ -278,11 +286,11 @@ def _detect(ctx: Context, model: str | None, body: dict[str, Any]) -> tuple[_Api
         return vllm, (answer["count"], limit, "messages" in body)
     if timing.status == 404 or timing.status is None:
         # No /tokenize at all: llama-cpp-python's extras.
-        api = _Api("llama-cpp-python", "/extras/tokenize", "input", model)
+        api = _Api("llama-cpp-python", "/extras/tokenize", model)
         counted = _count_body(ctx, api, body) if timing.status == 404 else None
         return (api, (counted[0], None, counted[1])) if counted else (None, None)
     # /tokenize exists but not in vLLM's shape: llama.cpp ({"content"}), then TGI ({"inputs"}).
-    for api in (_Api("llama.cpp", "/tokenize", "content", model), _Api("tgi", "/tokenize", "inputs", model)):
+    for api in (_Api("llama.cpp", "/tokenize", model), _Api("tgi", "/tokenize", model)):
         counted = _count_body(ctx, api, body)
         if counted is not None:
             return api, (counted[0], None, counted[1])
@@ -298,35 +306,34 @@ def count_messages(ctx: Context, chats: list[list[dict[str, Any]]], model: str |
     api, result = _detect(ctx, model, {"messages": chats[0]})
     if api is None or result is None or result[0] is None:
         return None
-    counts = [int(result[0])]
-    for messages in chats[1:]:
-        counted = _count_body(ctx, api, {"messages": messages})
-        if counted is None:
-            return None
-        counts.append(counted[0])
-    return counts, f"{api.name} {api.path}" + (" (chat template)" if result[2] else "")
-
-
-#: The body key of each tokenizer API's plain-text count (as `_detect` finds them).
-_TEXT_KEYS = {"vllm": "prompt", "llama.cpp": "content", "tgi": "inputs", "llama-cpp-python": "input"}
+    rest = _count_chats(ctx, api, chats[1:])
+    if rest is None:
+        return None
+    return [int(result[0]), *(count for count, _ in rest)], api.counted_by(result[2])
 
 
 def count_with(ctx: Context, found: ServerTokens, chats: list[list[dict[str, Any]]], model: str | None,
                ) -> tuple[list[int], str] | None:
     """Tokens of each chat request by the tokenizer API that `server_tokens` found (no detection: one
     request a chat, two for llama.cpp's /apply-template first); None when one count fails."""
-    key = _TEXT_KEYS.get(found.api)
-    if key is None:
+    if found.api not in _TEXT_KEYS:
         return None
-    api = _Api(found.api, found.path, key, model)
-    counts, templated = [], True
+    api = _Api(found.api, found.path, model)
+    counted = _count_chats(ctx, api, chats)
+    if counted is None:
+        return None
+    return [count for count, _ in counted], api.counted_by(all(templated for _, templated in counted))
+
+
+def _count_chats(ctx: Context, api: _Api, chats: list[list[dict[str, Any]]]) -> list[tuple[int, bool]] | None:
+    """(tokens, chat template applied) of each chat by `api`; None when one count fails."""
+    counted = []
     for messages in chats:
-        counted = _count_body(ctx, api, {"messages": messages})
-        if counted is None:
+        one = _count_body(ctx, api, {"messages": messages})
+        if one is None:
             return None
-        counts.append(counted[0])
-        templated = templated and counted[1]
-    return counts, f"{api.name} {api.path}" + (" (chat template)" if templated else "")
+        counted.append(one)
+    return counted
 
 
 # ----------------------------------------------------------------------------------------------
