@@ -110,9 +110,14 @@ def server_rate(short: RequestTiming, long: RequestTiming, short_tokens: int, lo
     return ServerRate((b.ms - a.ms) / (long_tokens - short_tokens), a.source, a.origin)
 
 
+def _filler_words(words: int) -> int:
+    """Filler words of a prompt of about `words` words in all (the instruction counts 12)."""
+    return max(1, words - 12)
+
+
 def _prompt(words: int, rng: random.Random) -> str:
-    """A prompt of about `words` words in all (the instruction counts 12)."""
-    return filler_prompt(max(1, words - 12), rng)
+    """A prompt of about `words` words in all."""
+    return filler_prompt(_filler_words(words), rng)
 
 
 def _count_prompts(ctx: Context, prompts: list[str], words: tuple[int, int], model: str | None,
@@ -125,13 +130,13 @@ def _count_prompts(ctx: Context, prompts: list[str], words: tuple[int, int], mod
     found = ctx.optional(SERVER_TOKENS)
     if found is not None:
         counted = count_with(ctx, found, [[{"role": "user", "content": p}] for p in prompts], model)
-        if counted is not None and counted[0][1] > counted[0][0] > 0:
+        if counted is not None:
             (short_tokens, long_tokens), how = counted
-            return short_tokens, long_tokens, f"server tokenizer ({how})"
+            if long_tokens > short_tokens > 0:
+                return short_tokens, long_tokens, f"server tokenizer ({how})"
     size = ctx.optional(PROMPT_SIZE)
     if size is not None:
-        # The instruction counts 12 words of each prompt and is in the fixed part of the sample.
-        short_tokens, long_tokens = (round(size.fixed_tokens + max(1, n - 12) * size.tokens_per_word) for n in words)
+        short_tokens, long_tokens = (size.tokens_for(_filler_words(n)) for n in words)
         return short_tokens, long_tokens, (f"server tokenizer's rate ({size.tokens_per_word:.2f} tokens a filler "
                                            f"word, {size.counted_by})")
     # Common English words are about 1.3 tokens each with BPE vocabularies.

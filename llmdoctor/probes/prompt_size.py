@@ -76,6 +76,10 @@ class PromptSize:
         """Tokens a filler word costs by the server's tokenizer."""
         return max(0.1, (self.sample_tokens - self.fixed_tokens) / self.sample_words)
 
+    def tokens_for(self, filler_words: int) -> int:
+        """Tokens of a filler prompt of `filler_words` filler words at this rate (nonce, instruction, template)."""
+        return round(self.fixed_tokens + filler_words * self.tokens_per_word)
+
     def words_for(self, tokens: int) -> int:
         """Filler words of a prompt (nonce, instruction and template included) that stays within `tokens` tokens."""
         return max(1, math.floor((tokens - self.fixed_tokens) / self.tokens_per_word))
