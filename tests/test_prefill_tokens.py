@@ -12,10 +12,12 @@ each filler word (``llmdoctor.sim.tokens``), so the 1.3 guess and the server's c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -34,10 +36,12 @@ from tests.cliutil import run_cli
 TOKENIZE = "/tokenize"
 
 
-def _profile(**fields: object) -> LatencyProfile:
-    base: dict[str, object] = {"name": "no-stream-usage", "fixed_ms": 2, "per_prompt_token_ms": 0.2,
-                               "per_output_token_ms": 0.5, "stream_usage": False}
-    return LatencyProfile(**{**base, **fields})  # type: ignore[arg-type]
+NO_STREAM_USAGE = LatencyProfile(name="no-stream-usage", fixed_ms=2, per_prompt_token_ms=0.2, per_output_token_ms=0.5,
+                                 stream_usage=False)
+
+
+def _profile(**fields: Any) -> LatencyProfile:
+    return dataclasses.replace(NO_STREAM_USAGE, **fields)
 
 
 def _expected_tokens(words: int) -> int:
