@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import select
 import stat
@@ -110,24 +111,28 @@ class BoundedStream(io.RawIOBase):
         self.stopped = str(exc)
         return 0
 
-    def _wait(self) -> bool:
-        """Wait for the pipe to have data; False when a bound passed first."""
+    def _wait(self) -> str:
+        """Wait for the pipe to have data: "" when it has, else the bound that passed first ("deadline", "idle").
+
+        Which bound is known from the wait itself: one cut short to the deadline's time left ended at the
+        deadline, even when the clock, read again, is a hair short of it (poll counts whole milliseconds)."""
         if self._poll_fd is None:
-            return True
+            return ""
         poller = select.poll()
         poller.register(self._poll_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         wait = self._deadline.cap(self._idle_s)
-        return bool(poller.poll(max(0, int(wait * 1000))))
+        if poller.poll(max(0, math.ceil(wait * 1000))):
+            return ""
+        return "deadline" if wait < self._idle_s else "idle"
 
     def readinto(self, buffer: Any) -> int:
         if self.stopped:
             return 0
-        if self._deadline.expired:
+        bound = "deadline" if self._deadline.expired else self._wait()
+        if bound == "deadline":
             return self._stop(DeadlineExceeded(f"--deadline {self._deadline.seconds or 0:g} s reached while "
                                                f"reading {self.name}"))
-        if not self._wait():
-            if self._deadline.expired:
-                return self.readinto(buffer)
+        if bound == "idle":
             return self._stop(InputError(f"{self.name}: no data for {self._idle_s:g} s "
                                          "(a pipe that never ends? give a file)"))
         room = self.limit - self.count + 1  # one byte past the limit tells "larger than the limit"

@@ -190,6 +190,29 @@ def test_request_files_are_read_within_the_deadline(capsys: pytest.CaptureFixtur
     _usage_error(result, "--deadline 1 s reached while reading --request")
 
 
+def test_a_wait_cut_short_by_the_deadline_ends_at_the_deadline_though_the_clock_reads_a_hair_before(
+        tmp_path: Path) -> None:
+    """CI (2026-12-01) read the FIFO above as "no data for 10 s" after 1 s: poll counted whole milliseconds and
+    returned just before the deadline, whose clock then said "not yet". Here the deadline's clock stands still
+    (never expired by it), so only the wait itself can tell that it ended at the deadline, not the idle bound."""
+    from llmdoctor.deadline import Deadline, DeadlineExceeded
+    from llmdoctor.inputs import open_input
+
+    fifo = tmp_path / "silent.jsonl"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # holds the pipe open, writes nothing
+    try:
+        frozen = Deadline(seconds=0.05, clock=lambda: 0.0)
+        with open_input(str(fifo), "--request", limit=1024, deadline=frozen, idle_s=10.0) as stream:
+            with pytest.raises(DeadlineExceeded, match=r"--deadline 0.05 s reached while reading --request"):
+                stream.read(10)
+        with open_input(str(fifo), "--request", limit=1024, idle_s=0.05) as stream:  # control: no deadline
+            with pytest.raises(Exception, match=r"no data for 0.05 s"):
+                stream.read(10)
+    finally:
+        os.close(writer)
+
+
 def test_an_idle_test_longer_than_the_deadline_is_not_started(capsys: pytest.CaptureFixture[str]) -> None:
     """`--idle-test 3600 --deadline 4` slept the full hour; the wait that cannot fit is not begun."""
     import time
