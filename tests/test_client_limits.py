@@ -146,6 +146,10 @@ def test_client_limits_reads_this_machine_and_counts_sockets():
     import resource
 
     assert (result.nofile_soft, result.nofile_hard) == resource.getrlimit(resource.RLIMIT_NOFILE)
+    # at least the listener and the six sockets of this test are open, and the room is what the limit leaves
+    assert result.open_fds is not None and result.open_fds >= 7
+    if result.nofile_soft is not None:
+        assert result.fd_room == result.nofile_soft - result.open_fds
     lo, hi = (int(x) for x in open(cl.PORT_RANGE_FILE).read().split())
     assert result.ephemeral_ports == hi - lo + 1
     if result.sockets_error:

@@ -1,6 +1,7 @@
 """Client-side limits (probe ``client_limits``, local) and the bounded concurrency probe (``concurrency``).
 
-``client_limits`` reads only this machine: the open-file limit (``resource``), the ephemeral
+``client_limits`` reads only this machine: the open-file limit (``resource``) and how many
+descriptors this process already holds (``psutil``: what is left for connections), the ephemeral
 port range (``/proc/sys/net/ipv4/ip_local_port_range``) and the TCP sockets to the endpoint's
 address and port by state (``psutil.net_connections``).
 
@@ -36,6 +37,8 @@ class ClientLimits:
 
     nofile_soft: int | None = None
     nofile_hard: int | None = None
+    #: Descriptors this process held when the limits were read (None: not known, an older recording).
+    open_fds: int | None = None
     port_range: list[int] = field(default_factory=list)
     endpoint_addresses: list[str] = field(default_factory=list)
     port: int = 0
@@ -44,6 +47,13 @@ class ClientLimits:
     other_states: dict[str, int] = field(default_factory=dict)
     time_wait_total: int = 0
     sockets_error: str = ""
+
+    @property
+    def fd_room(self) -> int | None:
+        """Descriptors left under the soft limit for new connections (None: no limit, or unknown)."""
+        if self.nofile_soft is None:
+            return None
+        return self.nofile_soft - (self.open_fds or 0)
 
     @property
     def ephemeral_ports(self) -> int | None:
@@ -74,6 +84,10 @@ def client_limits(ctx: Context) -> ClientLimits:
     result.nofile_soft = None if soft == resource.RLIM_INFINITY else int(soft)
     result.nofile_hard = None if hard == resource.RLIM_INFINITY else int(hard)
     result.port_range = _port_range(PORT_RANGE_FILE)
+    try:
+        result.open_fds = psutil.Process().num_fds()
+    except (psutil.Error, OSError, AttributeError):  # num_fds is POSIX only
+        result.open_fds = None
     if ctx.target is not None:
         host = ctx.target.host.strip("[]")
         result.port = ctx.target.port
