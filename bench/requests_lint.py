@@ -17,9 +17,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import REQUESTS
 from llmdoctor.runner import run_checks
-from llmdoctor.target import Options
 
 
 def main(n: int = 1000) -> None:

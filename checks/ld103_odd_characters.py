@@ -9,8 +9,8 @@ from llmdoctor.check import Category, Check, Reads
 from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
-from llmdoctor.target import Options
 from llmdoctor.textscan import ODD_KINDS
 
 # Pasted data: many tokens, little meaning. Invisible or broken characters: garbage the model reads.

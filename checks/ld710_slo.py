@@ -11,8 +11,8 @@ from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.gate import METRICS, SloError, parse_slo
 from llmdoctor.measures import measure
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, SWEEP
-from llmdoctor.target import Options
 
 
 class SloBreached(Check):

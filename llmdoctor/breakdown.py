@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from llmdoctor.attribution import client_waterfall
 from llmdoctor.context import Results
+from llmdoctor.options import Options
 from llmdoctor.probes.attribution import AttributionResult, attribute
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, DISCOVERY, NATIVE_TIMINGS, SERVER_METRICS, SWEEP
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.report import Breakdown, Phase
-from llmdoctor.target import Options
 
 __all__ = ["build_breakdown", "waterfall"]
 

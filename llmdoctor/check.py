@@ -13,7 +13,7 @@ from llmdoctor.probes.contract import AnyProbe, Reads
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
-    from llmdoctor.target import Options
+    from llmdoctor.options import Options
 
 __all__ = ["Category", "Check", "CheckSkipped", "DOC_SECTIONS", "DOCS_REF", "Reads"]
 

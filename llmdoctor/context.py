@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from llmdoctor.deadline import Deadline, DeadlineExceeded
+from llmdoctor.options import Options
 from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import ClientSetupError, Options, Target
+from llmdoctor.target import ClientSetupError, Target
 
 if TYPE_CHECKING:
     from llmdoctor.probes.client import ProbeClient

@@ -12,12 +12,13 @@ from llmdoctor.check import Check
 from llmdoctor.context import Context, Results
 from llmdoctor.findings import Finding
 from llmdoctor.folding import fold_outcomes
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import CLIENT_HOST, DIAGNOSIS, DISCOVERY, OUTCOMES
 from llmdoctor.redact import redact_output
 from llmdoctor.registry import load_registry, select
 from llmdoctor.report import Accounting, Report
 from llmdoctor.runner import CheckOutcome, run_one, schedule_for
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 __all__ = ["diagnose", "Progress", "progress_line"]
 

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.table import Table
 
+from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import Options, TargetError, build_target, display_url, normalize_base_url
+from llmdoctor.target import TargetError, build_target, display_url, normalize_base_url
 
 __all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "load_endpoints",
            "run_fleet", "worst_exit_code"]

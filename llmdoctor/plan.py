@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from llmdoctor.check import Check
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import DIAGNOSIS, DNS, ORDER, TRANSPORT
 from llmdoctor.probes.contract import AnyProbe, Endpoint, PlannedRequest, schedule, static_off
 from llmdoctor.probes.dns import is_ip_literal
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 __all__ = ["PlannedRequest", "plan_probes", "plan_requests", "render_plan"]
 

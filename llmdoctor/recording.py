@@ -20,10 +20,11 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.redact import Redactor
 from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import Options, Target, display_url
+from llmdoctor.target import Target, display_url
 
 __all__ = [
     "FORMAT", "MAX_RECORDING_BYTES", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordedRun", "RecordingError",

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdoctor.breakdown import waterfall
+from llmdoctor.options import Options
 from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK, describe_failure
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.regress import Comparison, Verdict, compare_samples
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 __all__ = ["SideBySide", "Side", "run_side_by_side", "to_dict", "FORMAT"]
 

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from rich.live import Live
 
 from llmdoctor.deadline import Deadline
+from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 __all__ = ["KEEP_ROUNDS", "WATCH_CHECKS", "watch"]
 

@@ -25,8 +25,9 @@ from typing import Any
 
 from llmdoctor.check import Check
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.runner import CheckOutcome, run_checks
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -90,9 +90,10 @@ def test_every_firing_fixture_finding_names_a_cause_or_a_symptom() -> None:
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One live run of every profile (default options, as `llmdoctor demo`), saved for replay."""
     from llmdoctor.doctor import diagnose
+    from llmdoctor.options import Options
     from llmdoctor.recording import recording_dict
     from llmdoctor.sim.server import SimServer
-    from llmdoctor.target import Options, Target
+    from llmdoctor.target import Target
 
     folder = tmp_path_factory.mktemp("profiles")
 

@@ -11,11 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes import client_limits as cl
 from llmdoctor.probes.catalog import CLIENT_LIMITS, CONCURRENCY
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 
 class CountingServer(ThreadingHTTPServer):

@@ -25,10 +25,11 @@ from llmdoctor.diagnosis.budget import BudgetError, parse_budget
 from llmdoctor.diagnosis.evidence import FOLLOWUPS
 from llmdoctor.diagnosis.scoring import DECISIVE, REFUTE, STRONG, WEAK, expected_bits, status, update
 from llmdoctor.doctor import diagnose
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import run_cli, validate_report
 
 

@@ -7,9 +7,10 @@ import socket
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes import dns as dnsprobe
 from llmdoctor.probes.catalog import DNS, TRANSPORT
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.dnsserver import DnsResponder
 
 HOST = "llm.test"

@@ -26,12 +26,13 @@ from llmdoctor.context import Context
 from llmdoctor.diagnosis.confounders import Confounders
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, first_pass
 from llmdoctor.diagnosis.scoring import STRONG, WEAK
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import FIRST_REQUEST, LONE_REQUEST, PREFILL, SERVER_METRICS
 from llmdoctor.probes.followup import LoneRequestResult
 from llmdoctor.probes.prefill import PrefillResult
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.test_diagnosis import BackgroundLoad
 
 #: Issue 18's target for a default check on a healthy endpoint, counted at the server.

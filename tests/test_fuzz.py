@@ -20,12 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmdoctor.options import Options
 from llmdoctor.probes.client import ProbeClient, parse_retry_after
 from llmdoctor.probes.sse import SSEError, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.recording import RecordingError, load_recording
 from llmdoctor.serde import SerdeError, from_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 FUZZ = settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -17,6 +17,7 @@ from llmdoctor.checks.ld208_host_pressure import HostPressure
 from llmdoctor.checks.ld302_recent_restart import RecentRestart
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST
 from llmdoctor.probes.gpu import GpuSnapshot, RecordedNvml, gpu, read_gpus
 from llmdoctor.probes.host import find_server_process, host
@@ -24,7 +25,7 @@ from llmdoctor.runner import run_one
 from llmdoctor.serde import from_data, to_data
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.processes import busy_loops, free_port, http_server_process, serve_sim, serve_sim_process, stop
 
 NVML = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"

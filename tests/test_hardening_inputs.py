@@ -345,8 +345,8 @@ def test_a_gzip_bomb_stops_at_the_decompressed_limit(tmp_path: Path, monkeypatch
     import gzip
 
     from llmdoctor.context import Context
+    from llmdoctor.options import Options
     from llmdoctor.probes.logs import scan_logs
-    from llmdoctor.target import Options
 
     bomb = tmp_path / "server.log.gz"
     with gzip.open(bomb, "wb", compresslevel=1) as fh:

@@ -365,8 +365,9 @@ def test_no_proxy_as_curl_documents_it_and_the_report_says_what_happened(
 def test_watch_keeps_a_bounded_number_of_rounds() -> None:
     import gc
 
+    from llmdoctor.options import Options
     from llmdoctor.report import Report
-    from llmdoctor.target import Options, Target
+    from llmdoctor.target import Target
     from llmdoctor.watch import KEEP_ROUNDS, watch
 
     alive: list[int] = []
@@ -423,7 +424,7 @@ def test_every_wait_is_bounded_when_stdin_is_closed() -> None:
 def test_threads_do_not_outlive_an_interrupted_fleet_run() -> None:
     """The fleet's workers are daemons: the process never waits for a request still in flight."""
     from llmdoctor.fleet import FleetEntry, run_fleet
-    from llmdoctor.target import Options
+    from llmdoctor.options import Options
 
     with ScriptedServer(_slow_stream(), keep_alive=True) as stuck:
         timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))

@@ -5,11 +5,12 @@ from __future__ import annotations
 from llmdoctor.checks.ld304_after_idle import AfterIdlePenalty
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import IDLE
 from llmdoctor.runner import run_one
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 
 def test_unload_after_idle_is_measured_and_reported():

@@ -31,9 +31,9 @@ from llmdoctor.logscan import (
     clean_line,
     scan_lines,
 )
+from llmdoctor.options import Options
 from llmdoctor.probes.logs import parse_since, scan_logs
 from llmdoctor.serde import from_data, to_data
-from llmdoctor.target import Options
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 

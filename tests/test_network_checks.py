@@ -16,12 +16,13 @@ from llmdoctor.checks.ld406_rtt_share import RttShare
 from llmdoctor.checks.ld407_no_connection_reuse import NoConnectionReuse
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes import dns as dnsprobe
 from llmdoctor.probes.catalog import TRANSPORT
 from llmdoctor.runner import run_one
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests import netpath
 from tests.cliutil import run_cli
 from tests.delayproxy import DelayProxy

@@ -15,12 +15,13 @@ import pytest
 
 from llmdoctor.costs import token_costs
 from llmdoctor.doctor import diagnose
+from llmdoctor.options import Options
 from llmdoctor.probes.prefill import server_rate
 from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 from llmdoctor.runner import Status
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.checkcases import FIXTURES
 
 PROMPT_MS = "timings.prompt_ms"

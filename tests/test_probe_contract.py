@@ -26,6 +26,7 @@ from llmdoctor.check import Category, Check
 from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
+from llmdoctor.options import Options
 from llmdoctor.probes import catalog
 from llmdoctor.probes.catalog import (
     BASELINE,
@@ -45,7 +46,7 @@ from llmdoctor.registry import Registry, load_registry
 from llmdoctor.runner import run_checks
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

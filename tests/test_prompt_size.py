@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PREFILL, PROMPT_SIZE, REPEAT_PROMPT
 from llmdoctor.probes.prompt_size import SAMPLE_WORDS, PromptSize
 from llmdoctor.sim import LatencyProfile, SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 TOKENIZE = "/tokenize"
 

@@ -23,6 +23,7 @@ import pytest
 from llmdoctor.context import Context
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, facts_from, first_pass
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PREFILL, SERVER_METRICS
 from llmdoctor.probes.metrics import Histogram, ServerMetrics, ServerMetricsResult, metrics_delta
 from llmdoctor.probes.prefill import PrefillResult
@@ -30,7 +31,7 @@ from llmdoctor.queue_wait import queued_before, split_by_queue, waits_by_queue
 from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
 from llmdoctor.stats import Split
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.options import OPTION_GROUP_OF, OPTION_GROUPS, Options
 from llmdoctor.recording import OPTIONS_FIELDS, OPTIONS_VERSION
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import OPTION_GROUP_OF, OPTION_GROUPS, Options
 from tests.cliutil import finding_ids, run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "recordings"

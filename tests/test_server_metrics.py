@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, GPU_METRICS, SERVER_METRICS
 from llmdoctor.probes.gpu import parse_dcgm
 from llmdoctor.probes.metrics import (
@@ -22,7 +23,7 @@ from llmdoctor.probes.metrics import (
     parse_time,
 )
 from llmdoctor.serde import from_data, to_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 
 M = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 
@@ -252,8 +253,9 @@ def test_probe_against_the_simulator_sees_our_requests() -> None:
 def test_exporter_on_another_origin_is_counted_and_gets_no_credentials(tmp_path) -> None:
     """Every request is counted, and the endpoint's key never travels to another host/port."""
     from llmdoctor.context import Context
+    from llmdoctor.options import Options
     from llmdoctor.probes.metrics import fetch_text
-    from llmdoctor.target import Options, Target
+    from llmdoctor.target import Target
     from tests.rawserver import ScriptedServer, http_response, play
 
     body = "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 97\n"

@@ -77,7 +77,7 @@ def test_display_url_is_the_one_scrubber() -> None:
 
 
 def test_options_are_grouped_by_concern_and_take_flat_names_where_asked() -> None:
-    from llmdoctor.target import OPTION_GROUP_OF, Options
+    from llmdoctor.options import OPTION_GROUP_OF, Options
 
     o = Options.of(samples=3, logs=("vllm.log",), dns_server="127.0.0.1", slos=("ttft_p90=800ms",))
     assert (o.request.samples, o.evidence.logs, o.network.dns_server, o.gate.slos) == (

@@ -182,10 +182,11 @@ def test_singular_and_plural() -> None:
 def test_progress_speaks_the_users_words() -> None:
     """Progress said "probing first_request" and "1 requests sent so far"."""
     from llmdoctor.doctor import diagnose, progress_line
+    from llmdoctor.options import Options
     from llmdoctor.probes.catalog import ORDER
     from llmdoctor.sim.profiles import get_profile
     from llmdoctor.sim.server import SimServer
-    from llmdoctor.target import Options, Target
+    from llmdoctor.target import Target
 
     assert all(p.title and p.title != p.name for p in ORDER), [p.name for p in ORDER if not p.title]
     assert progress_line("the first request", 1) == "Measuring the first request… · 1 request sent so far"

@@ -12,12 +12,13 @@ import pytest
 import trustme
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import TRANSPORT
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.probes.transport import TransportResult, happy_eyeballs_order, keepalive_from, proxy_settings
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests import netpath
 from tests.delayproxy import DelayProxy
 from tests.netpath import DelayedPath

@@ -19,12 +19,13 @@ import pytest
 from llmdoctor.context import Context
 from llmdoctor.logscan import CONTEXT_OVERFLOW, KV_PREEMPTION, LogScan, scan_lines
 from llmdoctor.logstats import log_stamp_epoch, parse_stats_line, stamp_seconds
+from llmdoctor.options import Options
 from llmdoctor.probes.backends import BACKENDS
 from llmdoctor.probes.metrics import ServerMetrics, ServerMetricsResult, metrics_delta, normalize, parse_samples
 from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
 from llmdoctor.serde import to_data
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.vllm_server import V0_ONLY_METRICS
 
 V = Path(__file__).resolve().parent.parent / "fixtures" / "vllm"

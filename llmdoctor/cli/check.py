@@ -136,7 +136,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     Ctrl-C prints the partial report: exit 3, or 2 if something critical was already found.
     """
     from llmdoctor.deadline import Deadline
-    from llmdoctor.target import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
+    from llmdoctor.options import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
 
     require_finite()
     deadline = Deadline(deadline_s)  # the whole run counts, from here: reading the inputs too

@@ -43,8 +43,9 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     """
     import json
 
+    from llmdoctor.options import NetworkOptions, Options, RequestPolicy
     from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
-    from llmdoctor.target import DEFAULT_API_KEY_ENV, NetworkOptions, Options, RequestPolicy
+    from llmdoctor.target import DEFAULT_API_KEY_ENV
 
     require_finite()
     if len(endpoints) != 2:

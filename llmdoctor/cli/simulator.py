@@ -55,7 +55,8 @@ def demo(profile: str, as_json: bool, no_color: bool) -> NoReturn:
     interrupted.
     """
     from llmdoctor.doctor import diagnose
-    from llmdoctor.target import Options, Target
+    from llmdoctor.options import Options
+    from llmdoctor.target import Target
 
     fmt = "json" if as_json else "text"
     with demo_server(profile, announce=not as_json) as base_url:

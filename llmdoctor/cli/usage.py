@@ -11,7 +11,8 @@ import click
 
 if TYPE_CHECKING:  # imported where used: `llmdoctor --help` does not need them
     from llmdoctor.deadline import Deadline
-    from llmdoctor.target import Options, Target
+    from llmdoctor.options import Options
+    from llmdoctor.target import Target
 
 __all__ = [
     "EXIT_UNKNOWN",

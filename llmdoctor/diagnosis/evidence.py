@@ -49,6 +49,7 @@ from llmdoctor.queue_wait import answered_before, queued_before
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
+    from llmdoctor.options import Options
     from llmdoctor.probes.baseline import SweepResult
     from llmdoctor.probes.client_limits import ConcurrencyResult
     from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.transport import TransportResult
-    from llmdoctor.target import Options
 
 __all__ = ["Facts", "Seen", "FollowUp", "FollowUpTest", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
 

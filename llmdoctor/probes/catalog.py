@@ -28,6 +28,7 @@ from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, SERVER_TOKENS_
 if TYPE_CHECKING:
     from llmdoctor.diagnosis.model import Diagnosis
     from llmdoctor.logscan import LogScan
+    from llmdoctor.options import Options
     from llmdoctor.probes.attribution import AttributionResult
     from llmdoctor.probes.baseline import BaselineResult, SweepResult
     from llmdoctor.probes.client_limits import ClientLimits, ConcurrencyResult
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.tokens import ContextWindow, PromptTokens, ServerTokens
     from llmdoctor.probes.transport import TransportResult
-    from llmdoctor.target import Options
 
 __all__ = [
     "ATTRIBUTION", "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS",

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
-    from llmdoctor.target import Options, Target
+    from llmdoctor.options import Options
+    from llmdoctor.target import Target
 
 __all__ = ["AnyProbe", "Endpoint", "Gate", "PlannedRequest", "Probe", "Reads", "request", "schedule", "static_off"]
 

@@ -43,6 +43,7 @@ from llmdoctor.attribution import Joined, join
 from llmdoctor.clocks import judge
 from llmdoctor.delivery import stream_shape
 from llmdoctor.doctor import diagnose
+from llmdoctor.options import Options
 from llmdoctor.probes.client import ProbeClient
 from llmdoctor.probes.prompt_size import filler_prompt
 from llmdoctor.render.json import report_to_dict
@@ -50,7 +51,7 @@ from llmdoctor.report import Report
 from llmdoctor.runner import CheckOutcome, Status
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import run_cli, validate_report
 from tests.gateways import Haproxy, Nginx
 from tests.llamacpp_server import LlamaCppServer

@@ -14,7 +14,7 @@ import re
 import time
 from collections import Counter
 
-from llmdoctor.target import Options
+from llmdoctor.options import Options
 from tests.cliutil import run_process
 from tests.llamacpp_server import LlamaCppServer
 

@@ -32,10 +32,11 @@ import pytest
 
 from llmdoctor.context import Context
 from llmdoctor.decode import server_decode
+from llmdoctor.options import Options
 from llmdoctor.probes.backends import BACKENDS
 from llmdoctor.probes.catalog import BASELINE, PREFILL, PROMPT_SIZE, REPEAT_PROMPT, SERVER_METRICS
 from llmdoctor.probes.metrics import normalize, parse_samples
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import Result, run_process
 from tests.vllm_server import (
     KV_PRESSURE_ARGS,
