@@ -254,12 +254,31 @@ def _final_headers(h: Handler, req: Request, plan: _Plan, scheduled_at: float) -
     }
 
 
+def _request_metrics(queued: float, scheduled: float, emitted: list[float]) -> dict[str, float]:
+    """vLLM 0.32's per-request ``metrics`` (``build_per_request_timing_metrics``): engine spans in ms.
+
+    ``time_to_first_token_ms`` runs from scheduling (not arrival) to the first token; fields whose
+    timestamps are missing (no token) are left out, as vLLM leaves them out.
+    """
+    out = {"queue_time_ms": (scheduled - queued) * 1000}
+    if emitted:
+        out["time_to_first_token_ms"] = (emitted[0] - scheduled) * 1000
+        out["generation_time_ms"] = (emitted[-1] - emitted[0]) * 1000
+        if len(emitted) > 1:
+            out["mean_itl_ms"] = out["generation_time_ms"] / (len(emitted) - 1)
+        if emitted[-1] > scheduled:
+            out["tokens_per_second"] = len(emitted) / (emitted[-1] - scheduled)
+    return out
+
+
 def _generate(h: Handler, req: Request, chat: bool) -> None:
     """Serve one chat or text completion, stream or not, following the latency model.
 
     Each flavor reports its own clocks as that server does: ``openai-processing-ms`` (openai),
     TGI's ``x-*-time`` headers on non-streamed answers (tgi), llama.cpp's ``timings`` (llamacpp),
-    and every flavor with ``/metrics`` counts the request in its histograms.
+    vLLM's per-request ``metrics`` when `LatencyProfile.per_request_metrics` is on (on a stream: only
+    in the final usage chunk, so only when the request asks for usage), and every flavor with
+    ``/metrics`` counts the request in its histograms.
     """
     p, engine = h.sim.profile, h.engine
     data = json_body(req)
@@ -308,6 +327,7 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
         first = emitted[0] if emitted else time.monotonic()
         decode_s = (emitted[-1] - first) if emitted else 0.0
         timings = llamacpp_timings(plan.prompt_tokens, first - t0, len(emitted), decode_s)
+    metrics = _request_metrics(req.arrived_at, t0, emitted) if p.per_request_metrics else None
     if plan.stream:
         last = _chunk(plan, p.model, {} if chat else "", plan.finish_reason)
         if timings is not None:
@@ -322,6 +342,7 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
                     "model": p.model,
                     "choices": [],
                     "usage": plan.usage(),
+                    **({"metrics": metrics} if metrics is not None else {}),
                 }
             )
         h.end_stream()
@@ -329,6 +350,8 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
         body = _final_body(plan, p.model)
         if timings is not None:
             body["timings"] = timings
+        if metrics is not None:
+            body["metrics"] = metrics
         h.send_json(200, body, _final_headers(h, req, plan, t0))
 
 

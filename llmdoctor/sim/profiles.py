@@ -81,6 +81,9 @@ class LatencyProfile:
     refuse_status: int = 429
     #: The ``Retry-After`` (seconds) sent with a refusal; None: no header.
     retry_after_s: float | None = None
+    #: vLLM's ``--enable-per-request-metrics`` (0.32): each answer, and a stream's final usage chunk,
+    #: carries a ``metrics`` object with the request's own queue, prefill and decode times. vLLM only.
+    per_request_metrics: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -111,6 +114,8 @@ class LatencyProfile:
             raise ValueError(f"refuse_burst must be >= 1 and below refuse_every, got {self.refuse_burst!r}")
         if not 400 <= self.refuse_status <= 599:
             raise ValueError(f"refuse_status must be an HTTP error status, got {self.refuse_status!r}")
+        if self.per_request_metrics and self.flavor != "vllm":
+            raise ValueError(f"per_request_metrics is vLLM's flag; flavor is {self.flavor!r}")
         if self.fail_status is not None and not 400 <= self.fail_status <= 599:
             raise ValueError(f"fail_status must be an HTTP error status (400-599), got {self.fail_status!r}")
 
