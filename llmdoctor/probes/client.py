@@ -33,14 +33,11 @@ The client is meant for sequential use (one request at a time per thread).
 
 from __future__ import annotations
 
-import errno
 import json
-import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,9 +45,19 @@ import httpcore
 import httpx
 
 from llmdoctor import __version__
-from llmdoctor.clocks import header_clocks, llamacpp_clocks
+from llmdoctor.clocks import header_clocks
+from llmdoctor.probes.errors import BodyStop, BudgetExhausted, DeadlineReached, classify, parse_retry_after
 from llmdoctor.probes.lag import LagSampler
-from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
+from llmdoctor.probes.stream_reader import (
+    apply_completion,
+    error_message,
+    generation_body,
+    header_timings,
+    ms,
+    peer,
+    read_stream,
+    snippet,
+)
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor, is_sensitive_header, mask_secret, redact_headers
 from llmdoctor.target import ClientSetupError, Target
@@ -69,7 +76,6 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 USER_AGENT = f"llmdoctor/{__version__}"
-TEXT_KEEP_CHARS = 200
 ERROR_BODY_READ_BYTES = 64 << 10
 # After ``data: [DONE]`` the server should end the body at once; wait this long for the end
 # (so the connection stays reusable) before giving up on it without an error.
@@ -78,74 +84,14 @@ DONE_GRACE_S = 1.0
 MAX_RETRY_AFTER_S = 10.0
 # A request is not started with less time than this left before the run's deadline.
 MIN_REQUEST_S = 0.05
-# Body reads of a stream whose arrival is kept (`RequestTiming.read_times_ms`); the rest are not.
-MAX_READS_KEPT = 4096
 _BACKOFF_STATUSES = (429, 503)
 # httpcore trace events that mark a request's first contact with the network.
 _NETWORK_START = ("connection.connect_tcp.started", "http11.send_request_headers.started")
-
-# Server timing hints sent as response headers.
-# TGI (huggingface/text-generation-inference, router/src/server.rs, `generate`): x-total-time,
-# x-validation-time, x-queue-time, x-inference-time and x-time-per-token are
-# `Duration::as_millis()` integers (ms); x-compute-time is `as_secs_f64()` (seconds);
-# x-prompt-tokens, x-generated-tokens and x-compute-characters are counts. The streaming route
-# only sends x-compute-type and x-compute-characters. OpenAI sends `openai-processing-ms`.
-_HEADER_MS = {
-    "x-total-time": "tgi.total_ms",
-    "x-validation-time": "tgi.validation_ms",
-    "x-queue-time": "tgi.queue_ms",
-    "x-inference-time": "tgi.inference_ms",
-    "x-time-per-token": "tgi.time_per_token_ms",
-    "openai-processing-ms": "openai.processing_ms",
-}
-_HEADER_SECONDS = {"x-compute-time": "tgi.compute_ms"}
-_HEADER_COUNTS = {
-    "x-prompt-tokens": "tgi.prompt_tokens",
-    "x-generated-tokens": "tgi.generated_tokens",
-    "x-compute-characters": "tgi.compute_characters",
-}
-
-
 #: The largest CA bundle read (Mozilla's whole bundle is ~200 KiB).
 MAX_CA_BUNDLE_BYTES = 16 << 20
 _ssl_lock = threading.Lock()
 _ssl_contexts: dict[tuple[Any, ...], ssl.SSLContext] = {}
 
-
-class BudgetExhausted(Exception):
-    """The run's request budget (``--max-requests``) is spent; nothing was sent."""
-
-
-class DeadlineReached(BudgetExhausted):
-    """The run's deadline (``--deadline``) has passed; nothing was sent.
-
-    A subclass of `BudgetExhausted`: time is the other budget, and every probe that stops
-    cleanly on a spent request budget stops the same way on a spent time budget.
-    """
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date); None if absent/invalid."""
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        from email.utils import parsedate_to_datetime
-
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when is None:
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN or infinite
-        return None
-    return max(0.0, seconds)
 
 
 def describe_request(timing: RequestTiming, request_headers: dict[str, str]) -> str:
@@ -167,17 +113,6 @@ def describe_request(timing: RequestTiming, request_headers: dict[str, str]) -> 
     return " · ".join(parts) + f" [sent headers: {sent}]"
 
 
-class _Stop(Exception):
-    """Internal: stop reading a body with this error kind and detail."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
-
-
-# ---------------------------------------------------------------------------------------------
-# Wall-clock deadline inside httpcore: every socket operation gets at most the time left.
 
 
 class _Deadline(threading.local):
@@ -271,179 +206,6 @@ def _install_deadline(client: httpx.Client, deadline: _Deadline) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _StreamState:
-    done: bool = False
-    valid: int = 0
-    malformed: int = 0
-    last_event_ms: float | None = None
-    #: When the first finish_reason came: the last token's time if no token event showed it.
-    finish_ms: float | None = None
-    content: list[str] = field(default_factory=list)
-    content_len: int = 0
-    reasoning: list[str] = field(default_factory=list)
-    reasoning_len: int = 0
-
-    def keep(self, kind: str, piece: str) -> None:
-        if kind == "content" and self.content_len < TEXT_KEEP_CHARS:
-            self.content.append(piece)
-            self.content_len += len(piece)
-        elif kind == "reasoning" and self.reasoning_len < TEXT_KEEP_CHARS:
-            self.reasoning.append(piece)
-            self.reasoning_len += len(piece)
-
-    def text(self) -> str:
-        return "".join(self.content or self.reasoning)[:TEXT_KEEP_CHARS]
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        cur = cur.__cause__ or cur.__context__
-
-
-_DNS_WORDS = ("name or service not known", "name resolution", "nodename nor servname",
-              "no address associated", "getaddrinfo")
-
-
-def _classify(exc: BaseException) -> tuple[str, str]:
-    """Map an httpx/httpcore/OS exception to an `ErrorKind` and a one-line detail."""
-    chain = list(_chain(exc))
-    msg = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.ConnectTimeout):
-        return ErrorKind.CONNECT_TIMEOUT, f"connect timed out: {msg}"
-    if isinstance(exc, httpx.WriteTimeout):
-        return ErrorKind.READ_TIMEOUT, f"sending the request timed out: {msg}"
-    if isinstance(exc, httpx.TimeoutException):
-        return ErrorKind.READ_TIMEOUT, f"read timed out: {msg}"
-    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in chain):
-        return ErrorKind.TLS, f"TLS error: {msg}"
-    if isinstance(exc, httpx.ConnectError):
-        if any(isinstance(e, ConnectionRefusedError) for e in chain) or any(
-            getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain
-        ):
-            return ErrorKind.REFUSED, f"connection refused: {msg}"
-        if any(isinstance(e, socket.gaierror) for e in chain) or any(s in msg.lower() for s in _DNS_WORDS):
-            return ErrorKind.DNS, f"name resolution failed: {msg}"
-        return ErrorKind.OTHER, f"connect failed: {msg}"
-    if isinstance(exc, httpx.ProtocolError | httpx.ReadError | httpx.WriteError):
-        return ErrorKind.PROTOCOL, f"{type(exc).__name__}: {msg}"
-    return ErrorKind.OTHER, f"{type(exc).__name__}: {msg}"
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _int(value: Any) -> int | None:
-    n = _num(value)
-    return int(n) if n is not None and n >= 0 else None
-
-
-def _empty_token_delta(delta: Any, choice: dict[str, Any], *, first: bool) -> bool:
-    """True for ``delta: {"content": ""}`` without a role: a token whose text is not out yet.
-
-    A role chunk (vLLM/OpenAI send ``{"role": "assistant", "content": ""}`` first) is not a token.
-    A final chunk (with a finish_reason) is one only when it is the `first` token of the answer:
-    after tokens, an empty closing delta is bookkeeping; before any, the answer still finished, so
-    the model generated its token. vLLM 0.32 streams a ``max_tokens=1`` answer whose token is half
-    a UTF-8 character as a role chunk and then ``{"content": ""}`` with ``finish_reason: "length"``
-    (fixtures/vllm/chat_stream_1token_empty.sse; the detokenizer holds the partial bytes back,
-    ``vllm/v1/engine/detokenizer.py``); its ``completion_tokens`` is 1.
-    """
-    return (
-        isinstance(delta, dict)
-        and delta.get("content") == ""
-        and "role" not in delta
-        and not delta.get("tool_calls")
-        and (first or not choice.get("finish_reason"))
-    )
-
-
-def _header_timings(headers: httpx.Headers) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, key in _HEADER_MS.items():
-        if (v := _num(headers.get(name))) is not None:
-            out[key] = v
-    for name, key in _HEADER_SECONDS.items():
-        if (v := _num(headers.get(name))) is not None:
-            out[key] = v * 1000.0
-    for name, key in _HEADER_COUNTS.items():
-        if (v := _num(headers.get(name))) is not None:
-            out[key] = v
-    # W3C Server-Timing: "name;dur=12.3;desc=..., other;dur=4"
-    for entry in ",".join(headers.get_list("server-timing")).split(","):
-        name, *params = (p.strip() for p in entry.split(";"))
-        for p in params:
-            k, _, val = p.partition("=")
-            if name and k.strip().lower() == "dur" and (v := _num(val.strip('"'))) is not None:
-                out[f"server-timing.{name}"] = v
-    return out
-
-
-def _error_message(obj: Any) -> str | None:
-    """The message of an error body: OpenAI ``{"error": {"message"}}``, TGI ``{"error": "..."}``, ..."""
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    if isinstance(err, dict):
-        parts = [str(err[k]) for k in ("message", "type", "code") if err.get(k) not in (None, "")]
-        if parts:
-            return " / ".join(dict.fromkeys(parts))
-        return json.dumps(err)[:TEXT_KEEP_CHARS]
-    if isinstance(err, str) and err:
-        return err
-    for key in ("message", "detail", "msg"):
-        val = obj.get(key)
-        if isinstance(val, str) and val:
-            return val
-        if val:
-            return json.dumps(val)[:TEXT_KEEP_CHARS]
-    return None
-
-
-def _peer(response: httpx.Response) -> str:
-    """``ip:port`` of the connection the response came on ("" when the transport does not say)."""
-    stream = response.extensions.get("network_stream")
-    try:
-        addr = stream.get_extra_info("server_addr") if stream is not None else None
-    except Exception:  # noqa: BLE001 - a transport without the information
-        return ""
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        host = str(addr[0])
-        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
-    return ""
-
-
-def _tokens_from_headers(timing: RequestTiming) -> None:
-    """Token counts from TGI headers when the body carried no usage."""
-    if timing.prompt_tokens is None and "tgi.prompt_tokens" in timing.server_timing:
-        timing.prompt_tokens = int(timing.server_timing["tgi.prompt_tokens"])
-    if timing.completion_tokens is None and "tgi.generated_tokens" in timing.server_timing:
-        timing.completion_tokens = int(timing.server_timing["tgi.generated_tokens"])
-
-
-def _snippet(data: bytes, redactor: Redactor) -> str:
-    """The body's first 200 characters, whitespace squeezed; redacted *before* the cut."""
-    return redactor.text(" ".join(data.decode("utf-8", errors="replace").split()))[:TEXT_KEEP_CHARS]
 
 
 class ProbeClient:
@@ -682,7 +444,7 @@ class ProbeClient:
         """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        body = self._generation_body({"messages": messages}, max_tokens, stream, extra)
+        body = generation_body(self.target.model, {"messages": messages}, max_tokens, stream, extra)
         mode = "sse" if stream else "completion"
         timing, _ = self._request("POST", "/chat/completions", mode=mode, body=body)
         return timing
@@ -691,27 +453,9 @@ class ProbeClient:
         self, prompt: str, *, max_tokens: int, stream: bool = True, extra: dict[str, Any] | None = None
     ) -> RequestTiming:
         """POST ``/completions`` (legacy text completion); see `chat` for `extra`."""
-        body = self._generation_body({"prompt": prompt}, max_tokens, stream, extra)
+        body = generation_body(self.target.model, {"prompt": prompt}, max_tokens, stream, extra)
         timing, _ = self._request("POST", "/completions", mode="sse" if stream else "completion", body=body)
         return timing
-
-    def _generation_body(
-        self, base: dict[str, Any], max_tokens: int, stream: bool, extra: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if self.target.model:
-            body["model"] = self.target.model
-        body.update(base)
-        body["max_tokens"] = max_tokens
-        body["stream"] = stream
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        for key, value in (extra or {}).items():
-            if value is None:
-                body.pop(key, None)
-            else:
-                body[key] = value
-        return body
 
     # -- the one place that sends -------------------------------------------------------------
 
@@ -826,7 +570,7 @@ class ProbeClient:
             try:
                 response = self._client.send(request, stream=True)
             except httpx.HTTPError as exc:
-                timing.error, timing.error_detail = _classify(exc)
+                timing.error, timing.error_detail = classify(exc)
             # The clock starts where the request reaches the network (TCP connect, or its first
             # header byte on a pooled connection), not before httpx's own Python work (pool
             # lookup, ~0.2 ms), which curl does not pay and which is no part of the endpoint.
@@ -848,7 +592,7 @@ class ProbeClient:
             self._deadline.at = None
             self._fill_phases(timing, marks, t0)
             if timing.total_ms is None and t0:
-                timing.total_ms = _ms(end - t0)
+                timing.total_ms = ms(end - t0)
             if self.lag is not None and t0:
                 timing.client_lag_ms = round(self.lag.worst_between(t0, end), 3)
             timing.error_detail = self.redactor.text(timing.error_detail)[:500]
@@ -862,15 +606,15 @@ class ProbeClient:
     def _fill_phases(timing: RequestTiming, marks: dict[str, float], t0: float) -> None:
         def span(prefix: str) -> float | None:
             a, b = marks.get(prefix + ".started"), marks.get(prefix + ".complete")
-            return _ms(b - a) if a is not None and b is not None else None
+            return ms(b - a) if a is not None and b is not None else None
 
         timing.connect_ms = span("connection.connect_tcp")
         timing.tls_ms = span("connection.start_tls")
         if (t := marks.get("http11.send_request_body.complete")) is not None:
-            timing.sent_ms = _ms(t - t0)
+            timing.sent_ms = ms(t - t0)
         headers_done = marks.get("http11.receive_response_headers.complete")
         if timing.ttfb_ms is None and headers_done is not None:
-            timing.ttfb_ms = _ms(headers_done - t0)
+            timing.ttfb_ms = ms(headers_done - t0)
         timing.reused_connection = (
             "connection.connect_tcp.started" not in marks and "http11.send_request_headers.started" in marks
         )
@@ -888,12 +632,12 @@ class ProbeClient:
     ) -> Any:
         now = time.perf_counter()
         hdr_t = marks.get("http11.receive_response_headers.complete", now)
-        timing.ttfb_ms = _ms(hdr_t - t0)
+        timing.ttfb_ms = ms(hdr_t - t0)
         timing.status = response.status_code
         timing.http_version = response.http_version
-        timing.peer = _peer(response)
+        timing.peer = peer(response)
         timing.response_headers = self.redactor.obj(redact_headers(response.headers))
-        timing.server_timing.update(_header_timings(response.headers))
+        timing.server_timing.update(header_timings(response.headers))
         timing.server_clocks.extend(header_clocks(response.headers))
         ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
 
@@ -909,15 +653,15 @@ class ProbeClient:
             data, _ = self._read_all(response, deadline, limit=ERROR_BODY_READ_BYTES, truncate=True)
             message = None
             try:
-                message = _error_message(json.loads(data))
+                message = error_message(json.loads(data))
             except ValueError:
                 pass
             if message is None:
-                message = _snippet(data, self.redactor) or response.reason_phrase
+                message = snippet(data, self.redactor) or response.reason_phrase
             timing.error = ErrorKind.HTTP_STATUS
             # Redact before truncating, so a cut can never leave half a key behind.
             timing.error_detail = self.redactor.text(f"HTTP {response.status_code}: {message}")[:300]
-            timing.total_ms = _ms(time.perf_counter() - t0)
+            timing.total_ms = ms(time.perf_counter() - t0)
             return None
 
         if mode == "sse" and ctype == "application/json":
@@ -928,16 +672,16 @@ class ProbeClient:
             data, _ = self._read_all(response, deadline, limit=ERROR_BODY_READ_BYTES, truncate=True)
             timing.error = ErrorKind.BAD_BODY
             timing.error_detail = self.redactor.text(
-                f"expected an event stream, got {ctype} (a proxy or login page?): {_snippet(data, self.redactor)}"
+                f"expected an event stream, got {ctype} (a proxy or login page?): {snippet(data, self.redactor)}"
             )[:300]
-            timing.total_ms = _ms(time.perf_counter() - t0)
+            timing.total_ms = ms(time.perf_counter() - t0)
             return None
         if mode == "sse":
             self._read_stream(response, timing, t0, deadline, ctype)
             return None
 
         data, problem = self._read_all(response, deadline, limit=self.max_body_bytes)
-        timing.total_ms = _ms(self._arrival() - t0)
+        timing.total_ms = ms(self._arrival() - t0)
         timing.bytes_received = response.num_bytes_downloaded
         if problem is not None:
             timing.error, timing.error_detail = problem
@@ -949,11 +693,11 @@ class ProbeClient:
         except ValueError:
             timing.error = ErrorKind.BAD_BODY
             timing.error_detail = self.redactor.text(
-                f"expected JSON, got {ctype or 'no content type'}: {_snippet(data, self.redactor)}"
+                f"expected JSON, got {ctype or 'no content type'}: {snippet(data, self.redactor)}"
             )[:300]
             return None
         if mode == "completion":
-            self._apply_final(obj, timing)
+            apply_completion(obj, timing, self.redactor)
         return obj
 
     def _chunks(self, response: httpx.Response, deadline: float, limit: int) -> Iterator[tuple[bytes, float]]:
@@ -963,9 +707,9 @@ class ProbeClient:
             now = self._arrival()
             total += len(data)
             if now > (self._deadline.at or deadline):  # the deadline may be shortened after [DONE]
-                raise _Stop(ErrorKind.READ_TIMEOUT, self._timeout_detail(deadline))
+                raise BodyStop(ErrorKind.READ_TIMEOUT, self._timeout_detail(deadline))
             if total > limit:
-                raise _Stop(ErrorKind.TOO_LARGE, f"response body larger than {limit} bytes")
+                raise BodyStop(ErrorKind.TOO_LARGE, f"response body larger than {limit} bytes")
             yield data, now
 
     def _arrival(self) -> float:
@@ -995,189 +739,26 @@ class ProbeClient:
                 size += len(data)
                 if truncate and size >= limit:
                     break
-        except _Stop as stop:
+        except BodyStop as stop:
             return b"".join(parts), (stop.kind, stop.detail)
         except httpx.HTTPError as exc:
-            kind, detail = _classify(exc)
+            kind, detail = classify(exc)
             return b"".join(parts), (kind, "while reading the body: " + detail)
         return b"".join(parts)[: limit if truncate else None], None
 
     def _read_stream(
         self, response: httpx.Response, timing: RequestTiming, t0: float, deadline: float, ctype: str
     ) -> None:
-        parser = SSEParser(dispatch_incomplete=True)
-        st = _StreamState()
-        problem: tuple[str, str] | None = None
-        grace_set = False
-        try:
-            for data, now in self._chunks(response, deadline, self.max_body_bytes):
-                now_ms = _ms(now - t0)
-                if len(timing.read_times_ms) < MAX_READS_KEPT:
-                    timing.read_times_ms.append(now_ms)
-                    timing.read_bytes.append(len(data))
-                for event in parser.feed(data):
-                    self._on_event(event, now_ms, timing, st)
-                if st.done and not grace_set:
-                    # Wait briefly for the end of the body, which keeps the connection reusable.
-                    grace_set = True
-                    self._deadline.at = min(deadline, now + DONE_GRACE_S)
-            end = self._arrival()
-            for event in parser.close():
-                self._on_event(event, _ms(end - t0), timing, st)
-            timing.total_ms = _ms(end - t0)
-        except _Stop as stop:
-            problem = (stop.kind, stop.detail)
-        except SSEError as exc:
-            problem = (ErrorKind.TOO_LARGE, str(exc))
-        except httpx.HTTPError as exc:
-            kind, detail = _classify(exc)
+        def on_done(at: float) -> None:
+            # Wait briefly for the end of the body, which keeps the connection reusable.
+            self._deadline.at = min(deadline, at + DONE_GRACE_S)
+
+        def cut(exc: httpx.HTTPError) -> tuple[str, str]:
+            kind, detail = classify(exc)
             if kind == ErrorKind.PROTOCOL:
                 kind = ErrorKind.STREAM_CUT
-            problem = (kind, "while streaming: " + detail)
+            return kind, "while streaming: " + detail
+
+        read_stream(self._chunks(response, deadline, self.max_body_bytes), timing, t0, ctype, self.redactor,
+                    now=self._arrival, on_done=on_done, cut=cut)
         timing.bytes_received = response.num_bytes_downloaded
-        timing.text = st.text()
-        finished = st.done or timing.finish_reason is not None
-
-        if problem is not None and finished and problem[0] in (ErrorKind.READ_TIMEOUT, ErrorKind.STREAM_CUT):
-            # The answer was complete; only the end of the body was late or missing.
-            timing.total_ms = st.last_event_ms
-            problem = None
-        if timing.error is not None:  # an error event in the stream
-            pass
-        elif problem is not None:
-            timing.error, timing.error_detail = problem
-        elif st.valid == 0 and st.malformed:
-            timing.error = ErrorKind.BAD_BODY
-            timing.error_detail = (
-                f"no valid JSON chunk in the event stream ({st.malformed} malformed; "
-                f"content type {ctype or 'none'})"
-            )
-        elif st.valid == 0 and not st.done:
-            timing.error = ErrorKind.STREAM_CUT if ctype == "text/event-stream" else ErrorKind.BAD_BODY
-            timing.error_detail = f"the stream ended before its first event (content type {ctype or 'none'})"
-        elif not finished:
-            timing.error = ErrorKind.STREAM_CUT
-            timing.error_detail = (
-                f"the stream ended after {st.valid} chunks without [DONE] or a finish_reason"
-            )
-        if timing.error is None and st.malformed:
-            timing.error_detail = f"{st.malformed} malformed data line(s) ignored"
-        if timing.total_ms is None:
-            timing.total_ms = _ms(time.perf_counter() - t0)
-        if timing.error is None and timing.ttft_ms is None and st.finish_ms is not None and timing.completion_tokens:
-            # No chunk showed a token, yet the server finished and counts them (usage): its
-            # tokens came out with the finishing chunk (an empty ``delta: {}`` closing a held-back one).
-            timing.ttft_ms = st.finish_ms
-            timing.token_times_ms.append(st.finish_ms)
-        _tokens_from_headers(timing)
-
-    def _on_event(self, event: SSEEvent, now_ms: float, timing: RequestTiming, st: _StreamState) -> None:
-        data = event.data.strip()
-        if data == "[DONE]":
-            st.done = True
-            st.last_event_ms = now_ms
-            return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            st.malformed += 1
-            return
-        if not isinstance(obj, dict):
-            st.malformed += 1
-            return
-        st.valid += 1
-        st.last_event_ms = now_ms
-        if obj.get("error") or event.event == "error":
-            if timing.error is None:
-                timing.error = ErrorKind.OTHER
-                message = _error_message(obj) or data[:TEXT_KEEP_CHARS]
-                timing.error_detail = self.redactor.text(f"error event in the stream: {message}")[:300]
-            return
-        choices = obj.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices else None
-        if isinstance(first, dict):
-            choice = first
-            delta = choice.get("delta")
-            content: Any = None
-            reasoning: Any = None
-            if isinstance(delta, dict):
-                content = delta.get("content")
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            elif isinstance(choice.get("text"), str):
-                content = choice.get("text")
-            token = False
-            if isinstance(content, str) and content:
-                timing.content_events += 1
-                if timing.first_content_ms is None:
-                    timing.first_content_ms = now_ms
-                st.keep("content", content)
-                token = True
-            elif _empty_token_delta(delta, choice, first=timing.ttft_ms is None) and not reasoning:
-                # llama.cpp sends one chunk per generated token; a byte-fallback token that does not
-                # complete a UTF-8 character arrives as an empty content delta. It is still a token,
-                # and so is vLLM's held-back first token that closes the answer.
-                timing.content_events += 1
-                token = True
-            if isinstance(reasoning, str) and reasoning:
-                timing.reasoning_events += 1
-                if timing.first_reasoning_ms is None:
-                    timing.first_reasoning_ms = now_ms
-                st.keep("reasoning", reasoning)
-                token = True
-            if token:
-                timing.token_times_ms.append(now_ms)
-                if timing.ttft_ms is None:
-                    timing.ttft_ms = now_ms
-            if choice.get("finish_reason"):
-                timing.finish_reason = str(choice["finish_reason"])
-                if st.finish_ms is None:
-                    st.finish_ms = now_ms
-        self._apply_usage(obj, timing)
-
-    @staticmethod
-    def _apply_usage(obj: dict[str, Any], timing: RequestTiming) -> None:
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            if (n := _int(usage.get("prompt_tokens"))) is not None:
-                timing.prompt_tokens = n
-            if (n := _int(usage.get("completion_tokens"))) is not None:
-                timing.completion_tokens = n
-        timings = obj.get("timings")  # llama.cpp server
-        if isinstance(timings, dict):
-            for key, value in timings.items():
-                if (v := _num(value)) is not None and not isinstance(value, str):
-                    timing.server_timing[f"llamacpp.{key}"] = v
-            # The last timings object sent wins (llama.cpp may send one per chunk).
-            timing.server_clocks = [c for c in timing.server_clocks if not c.source.startswith("timings.")]
-            timing.server_clocks.extend(llamacpp_clocks(timings))
-
-    def _apply_final(self, obj: Any, timing: RequestTiming) -> None:
-        """Non-streamed completion: ttft_ms = total_ms, since nothing earlier is observable."""
-        if not isinstance(obj, dict):
-            timing.error = ErrorKind.BAD_BODY
-            timing.error_detail = "expected a JSON object"
-            return
-        if obj.get("error"):
-            timing.error = ErrorKind.OTHER
-            timing.error_detail = self.redactor.text(f"error in the response: {_error_message(obj)}")[:300]
-            return
-        choices = obj.get("choices")
-        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
-            timing.error = ErrorKind.BAD_BODY
-            timing.error_detail = "no choices in the completion response"
-            return
-        choice = choices[0]
-        message = choice.get("message")
-        content: Any = choice.get("text")
-        reasoning: Any = None
-        if isinstance(message, dict):
-            content = message.get("content")
-            reasoning = message.get("reasoning_content") or message.get("reasoning")
-        text = content if isinstance(content, str) and content else reasoning
-        timing.text = text[:TEXT_KEEP_CHARS] if isinstance(text, str) else ""
-        if choice.get("finish_reason"):
-            timing.finish_reason = str(choice["finish_reason"])
-        self._apply_usage(obj, timing)
-        # Nothing before the end of the body is observable without streaming.
-        timing.ttft_ms = timing.total_ms
-        _tokens_from_headers(timing)

@@ -1,0 +1,112 @@
+"""What can stop a request, and how a failed request is named.
+
+`BudgetExhausted` and `DeadlineReached` are raised *before* sending (the run's request and time
+budgets); `PlanExceeded` when, in strict mode, a probe sends more requests than its declared
+plan (a bug in the probe, never the endpoint's trouble). `classify` maps what httpx, httpcore
+and the OS raised to an `ErrorKind` and a one-line detail.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from llmdoctor.probes.timing import ErrorKind
+
+__all__ = ["BodyStop", "BudgetExhausted", "DeadlineReached", "PlanExceeded", "classify", "parse_retry_after"]
+
+
+class BudgetExhausted(Exception):
+    """The run's request budget (``--max-requests``) is spent; nothing was sent."""
+
+
+class DeadlineReached(BudgetExhausted):
+    """The run's deadline (``--deadline``) has passed; nothing was sent.
+
+    A subclass of `BudgetExhausted`: time is the other budget, and every probe that stops
+    cleanly on a spent request budget stops the same way on a spent time budget.
+    """
+
+
+class PlanExceeded(Exception):
+    """Strict mode: a probe is about to send more requests than its declared plan; nothing was sent.
+
+    Not a `BudgetExhausted`: no probe may stop on it quietly, the run (the test) fails.
+    """
+
+
+class BodyStop(Exception):
+    """Stop reading a body with this error kind and detail (the wall deadline, the size limit)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date); None if absent/invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN or infinite
+        return None
+    return max(0.0, seconds)
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and its causes and contexts, each once."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+_DNS_WORDS = ("name or service not known", "name resolution", "nodename nor servname",
+              "no address associated", "getaddrinfo")
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """Map an httpx/httpcore/OS exception to an `ErrorKind` and a one-line detail."""
+    links = list(chain(exc))
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectTimeout):
+        return ErrorKind.CONNECT_TIMEOUT, f"connect timed out: {msg}"
+    if isinstance(exc, httpx.WriteTimeout):
+        return ErrorKind.READ_TIMEOUT, f"sending the request timed out: {msg}"
+    if isinstance(exc, httpx.TimeoutException):
+        return ErrorKind.READ_TIMEOUT, f"read timed out: {msg}"
+    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in links):
+        return ErrorKind.TLS, f"TLS error: {msg}"
+    if isinstance(exc, httpx.ConnectError):
+        if any(isinstance(e, ConnectionRefusedError) for e in links) or any(
+            getattr(e, "errno", None) == errno.ECONNREFUSED for e in links
+        ):
+            return ErrorKind.REFUSED, f"connection refused: {msg}"
+        if any(isinstance(e, socket.gaierror) for e in links) or any(s in msg.lower() for s in _DNS_WORDS):
+            return ErrorKind.DNS, f"name resolution failed: {msg}"
+        return ErrorKind.OTHER, f"connect failed: {msg}"
+    if isinstance(exc, httpx.ProtocolError | httpx.ReadError | httpx.WriteError):
+        return ErrorKind.PROTOCOL, f"{type(exc).__name__}: {msg}"
+    return ErrorKind.OTHER, f"{type(exc).__name__}: {msg}"
