@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.diagnosis.hypotheses import BY_ID
@@ -89,13 +90,13 @@ class ConfirmedCause(Check):
             )
 
 
-def _frequency(d: Diagnosis, hypothesis: str, default: Frequency) -> Frequency:
+def _frequency(d: Diagnosis, hypothesis: Cause, default: Frequency) -> Frequency:
     """How often the confirmed cause is paid: its cause's default, except that a cold start an idle
     follow-up test saw come back (the model unloaded while idle) recurs."""
     if default is not Frequency.COLD_START:
         return default
     for step in d.steps:
         if step.ran and step.probe in (FOLLOWUP_IDLE.name, IDLE.name) and any(
-                u.hypothesis == hypothesis and u.likelihood_ratio >= DECISIVE for u in step.updates):
+                u.hypothesis is hypothesis and u.likelihood_ratio >= DECISIVE for u in step.updates):
             return Frequency.RECURRING_COLD_START
     return default

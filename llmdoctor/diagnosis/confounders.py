@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.noise import LAG_FACTOR, NOISY_LAG_MS
 from llmdoctor.probes.baseline import BaselineResult
@@ -36,7 +37,7 @@ from llmdoctor.stats import Split
 __all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_ms", "NOISE_MULTIPLE", "BUSY_CPU"]
 
 #: Seen, as in `llmdoctor.diagnosis.evidence`: (hypothesis, likelihood ratio, what was seen).
-Seen = tuple[str, float, str]
+Seen = tuple[Cause, float, str]
 #: A follow-up's difference must be at least this many times the noise to count as decisive.
 NOISE_MULTIPLE = 3.0
 BUSY_CPU = 90.0
@@ -108,47 +109,50 @@ def noise_ms(c: Confounders, lags: Sequence[float | None] = (), spread_ms: float
     return base * (2.0 if c.noisy_client else 1.0)
 
 
-def first_pass_confounders(c: Confounders, waiting: float | None) -> tuple[list[Seen], dict[str, tuple[float, str]]]:
+def first_pass_confounders(c: Confounders, waiting: float | None) -> tuple[list[Seen], dict[Cause, tuple[float, str]]]:
     """Evidence for and against replica imbalance, host pressure and KV pressure from the first pass."""
     out: list[Seen] = []
-    impacts: dict[str, tuple[float, str]] = {}
+    impacts: dict[Cause, tuple[float, str]] = {}
     if c.split is not None:
         s = c.split
         n = len(s.fast) + len(s.slow)
-        out.append(("replica_imbalance", STRONG,
+        out.append((Cause.REPLICA_IMBALANCE, STRONG,
                     f"{len(s.slow)} of {n} identical warm requests are ~{s.slower_by:,.0f} ms slower than the "
                     f"others ({s.fast_median:,.0f} vs {s.slow_median:,.0f} ms): two populations"))
-        impacts["replica_imbalance"] = (len(s.slow) / n * s.slower_by,
-                                        "share of requests on the slow population × how much slower")
+        impacts[Cause.REPLICA_IMBALANCE] = (len(s.slow) / n * s.slower_by,
+                                            "share of requests on the slow population × how much slower")
         if c.alternating:
-            out.append(("replica_imbalance", WEAK, "slow and fast requests take turns, as round-robin over two "
-                                                   "replicas would"))
+            out.append((Cause.REPLICA_IMBALANCE, WEAK, "slow and fast requests take turns, as round-robin over two "
+                                                       "replicas would"))
     elif c.queue_wait_ms is not None:
-        out.append(("replica_imbalance", 1 / WEAK, f"the slow warm requests waited ~{c.queue_wait_ms:,.0f} ms in the "
-                                                   f"server's queue ({c.queue_seen}): a queue, not two replicas"))
+        out.append((Cause.REPLICA_IMBALANCE, 1 / WEAK,
+                    f"the slow warm requests waited ~{c.queue_wait_ms:,.0f} ms in the server's queue "
+                    f"({c.queue_seen}): a queue, not two replicas"))
     elif c.warm_requests >= 4:
-        out.append(("replica_imbalance", 1 / WEAK, f"{c.warm_requests} warm requests form one population"))
+        out.append((Cause.REPLICA_IMBALANCE, 1 / WEAK, f"{c.warm_requests} warm requests form one population"))
     if c.noisy_client:
-        out.append(("host_pressure", WEAK, f"llmdoctor itself woke {c.lag_ms:,.1f} ms late (median) during the "
-                                           "baseline: the client host is busy"))
+        out.append((Cause.HOST_PRESSURE, WEAK, f"llmdoctor itself woke {c.lag_ms:,.1f} ms late (median) during the "
+                                               "baseline: the client host is busy"))
     if c.host_cpu is not None and c.server_local:
         if c.host_cpu >= BUSY_CPU:
-            out.append(("host_pressure", STRONG, f"this machine, the server's host, was {c.host_cpu:.0f}% busy"))
+            out.append((Cause.HOST_PRESSURE, STRONG, f"this machine, the server's host, was {c.host_cpu:.0f}% busy"))
         elif c.host_cpu <= CALM_CPU and not c.noisy_client:
-            out.append(("host_pressure", 1 / STRONG, f"this machine, the server's host, was {c.host_cpu:.0f}% busy"))
+            out.append((Cause.HOST_PRESSURE, 1 / STRONG,
+                        f"this machine, the server's host, was {c.host_cpu:.0f}% busy"))
     elif c.host_cpu is not None and c.host_cpu <= CALM_CPU and not c.noisy_client:
-        out.append(("host_pressure", 1 / WEAK, f"the client host was {c.host_cpu:.0f}% busy and llmdoctor on time"))
+        out.append((Cause.HOST_PRESSURE, 1 / WEAK, f"the client host was {c.host_cpu:.0f}% busy and llmdoctor on time"))
     if c.preemptions is not None and c.preemptions > 0:
-        out.append(("kv_cache_pressure", DECISIVE,
+        out.append((Cause.KV_CACHE_PRESSURE, DECISIVE,
                     f"{c.preemptions:.0f} preemptions during the run (the server's counter): the KV cache ran out"))
         if waiting is not None and waiting >= 1:
-            out.append(("kv_cache_pressure", STRONG, f"{waiting:.0f} requests waiting while requests were preempted"))
+            out.append((Cause.KV_CACHE_PRESSURE, STRONG,
+                        f"{waiting:.0f} requests waiting while requests were preempted"))
     elif c.kv_usage is not None:
         seen = f"KV cache {c.kv_usage:.0%} used at the scrapes"
         if c.kv_usage >= KV_FULL:
-            out.append(("kv_cache_pressure", STRONG, seen))
+            out.append((Cause.KV_CACHE_PRESSURE, STRONG, seen))
         elif c.kv_usage <= KV_ROOMY and c.preemptions == 0:
-            out.append(("kv_cache_pressure", 1 / STRONG, f"{seen}, no preemption"))
+            out.append((Cause.KV_CACHE_PRESSURE, 1 / STRONG, f"{seen}, no preemption"))
         elif c.kv_usage <= KV_ROOMY:
-            out.append(("kv_cache_pressure", 1 / WEAK, seen))
+            out.append((Cause.KV_CACHE_PRESSURE, 1 / WEAK, seen))
     return out, impacts

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from llmdoctor.causes import EXPLAINS_SHARE
+from llmdoctor.causes import EXPLAINS_SHARE, Cause
 from llmdoctor.diagnosis.confounders import (
     BUSY_CPU,
     NOISE_MULTIPLE,
@@ -64,9 +64,9 @@ __all__ = ["Facts", "Seen", "FollowUp", "FollowUpTest", "FOLLOWUPS", "first_pass
 T = TypeVar("T")
 
 #: (hypothesis, likelihood ratio, what was seen)
-Seen = tuple[str, float, str]
+Seen = tuple[Cause, float, str]
 #: hypothesis -> (impact ms, basis)
-Impacts = dict[str, tuple[float, str]]
+Impacts = dict[Cause, tuple[float, str]]
 
 FLOOR_MS = 150.0          # a warm "Say ok." first token slower than this is a floor worth explaining
 LOW_FLOOR_MS = 80.0       # below this there is no floor to explain
@@ -199,58 +199,59 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
         if penalty <= max(50.0, 0.5 * warm):
             # Before the lag: a stall of llmdoctor's own only makes the first request look slower.
-            out.append(("cold_start", 1 / WEAK, f"{seen}: not slower"))
+            out.append((Cause.COLD_START, 1 / WEAK, f"{seen}: not slower"))
         elif explained_by_lag(penalty, f.first_lag_ms):
             pass  # llmdoctor's own stall during the first request explains the difference
         elif f.first_queue is not None:
-            out.append(("cold_start", 1 / WEAK, f"{seen}: {f.first_queue}"))
-            out.append(("queueing", WEAK, f"{seen}: {f.first_queue}"))
+            out.append((Cause.COLD_START, 1 / WEAK, f"{seen}: {f.first_queue}"))
+            out.append((Cause.QUEUEING, WEAK, f"{seen}: {f.first_queue}"))
         elif penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
-            out.append(("cold_start", DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
+            out.append((Cause.COLD_START, DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
         elif penalty >= max(200.0, 2 * warm):
-            out.append(("cold_start", STRONG, f"{seen}: {penalty:,.0f} ms more"))
+            out.append((Cause.COLD_START, STRONG, f"{seen}: {penalty:,.0f} ms more"))
         if penalty > 0:
-            impacts["cold_start"] = (penalty, "first request minus warm median, time to first token")
+            impacts[Cause.COLD_START] = (penalty, "first request minus warm median, time to first token")
     if c.split is not None:
         pass  # mixed samples: their median is no request's floor, their spread no queue
     elif warm >= FLOOR_MS:
-        out.append(("server_floor", WEAK, f"warm time to first token {warm:,.0f} ms for a 3-word prompt"))
-        out.append(("queueing", WEAK, f"warm time to first token {warm:,.0f} ms: waiting is one explanation"))
+        out.append((Cause.SERVER_FLOOR, WEAK, f"warm time to first token {warm:,.0f} ms for a 3-word prompt"))
+        out.append((Cause.QUEUEING, WEAK, f"warm time to first token {warm:,.0f} ms: waiting is one explanation"))
     elif warm < LOW_FLOOR_MS:
-        out.append(("server_floor", 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
-    impacts["server_floor"] = (warm, 'warm "Say ok." time to first token')
+        out.append((Cause.SERVER_FLOOR, 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
+    impacts[Cause.SERVER_FLOOR] = (warm, 'warm "Say ok." time to first token')
     spread = f.ttft_p90_ms - warm
     if c.split is None and not _busy_host(c) and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
-        out.append(("queueing", WEAK, f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
+        out.append((Cause.QUEUEING, WEAK,
+                    f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
     preempted = c.preemptions is not None and c.preemptions > 0
     if f.waiting is not None and f.waiting >= 1 and not preempted:  # with preemptions: waiting for KV blocks
-        out.append(("queueing", STRONG, f"{f.waiting:.0f} requests waiting in the server's queue at the scrape"))
+        out.append((Cause.QUEUEING, STRONG, f"{f.waiting:.0f} requests waiting in the server's queue at the scrape"))
     seen_c, impacts_c = first_pass_confounders(c, f.waiting)
     out += seen_c
     impacts.update(impacts_c)
     if f.decode_ms is not None:
         seen = f"{f.decode_ms:.1f} ms per output token in the baseline's stream"
         if f.decode_ms >= SLOW_TOKEN_MS:
-            out.append(("slow_decode", STRONG, seen))
+            out.append((Cause.SLOW_DECODE, STRONG, seen))
         elif f.decode_ms <= FAST_TOKEN_MS:
-            out.append(("slow_decode", 1 / STRONG, seen))
-        impacts["slow_decode"] = (f.decode_ms * f.typical_output_tokens,
-                                  f"baseline ms per token × a typical {f.typical_output_tokens}-token answer")
+            out.append((Cause.SLOW_DECODE, 1 / STRONG, seen))
+        impacts[Cause.SLOW_DECODE] = (f.decode_ms * f.typical_output_tokens,
+                                      f"baseline ms per token × a typical {f.typical_output_tokens}-token answer")
     if f.fresh + f.reused >= 3:
         if f.reused == 0:
-            out.append(("no_keepalive", STRONG, f"none of {f.fresh} baseline requests reused a connection"))
+            out.append((Cause.NO_KEEPALIVE, STRONG, f"none of {f.fresh} baseline requests reused a connection"))
         elif f.reused >= f.fresh:
-            out.append(("no_keepalive", 1 / DECISIVE, f"{f.reused} of {f.fresh + f.reused} baseline requests "
-                                                      "reused their connection"))
+            out.append((Cause.NO_KEEPALIVE, 1 / DECISIVE, f"{f.reused} of {f.fresh + f.reused} baseline requests "
+                                                          "reused their connection"))
     if f.setup_ms:
-        impacts["no_keepalive"] = (statistics.median(f.setup_ms), "connect + TLS paid by every request")
+        impacts[Cause.NO_KEEPALIVE] = (statistics.median(f.setup_ms), "connect + TLS paid by every request")
     if f.models_ms is not None:
         seen = f"GET /v1/models took {f.models_ms:,.1f} ms"
         if f.models_ms <= 10.0:
-            out.append(("slow_network", 1 / STRONG, f"{seen}: the server is close"))
+            out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the server is close"))
         elif f.models_ms >= 100.0:
-            out.append(("slow_network", STRONG, seen))
-        impacts["slow_network"] = (f.models_ms, "one trivial request (GET /v1/models)")
+            out.append((Cause.SLOW_NETWORK, STRONG, seen))
+        impacts[Cause.SLOW_NETWORK] = (f.models_ms, "one trivial request (GET /v1/models)")
     return out, impacts
 
 
@@ -263,22 +264,22 @@ def _sweep(r: SweepResult, f: Facts) -> tuple[list[Seen], Impacts]:
     mixed = r.mixed()
     if mixed is not None:  # no line through two populations: the replicas differ, not decode or floor
         n = len(mixed.fast) + len(mixed.slow)
-        return [("replica_imbalance", STRONG, f"{len(mixed.slow)} of {n} sweep requests ~{mixed.slower_by:,.0f} ms "
-                                              "above the line through the others: two populations")], {}
+        return [(Cause.REPLICA_IMBALANCE, STRONG, f"{len(mixed.slow)} of {n} sweep requests ~{mixed.slower_by:,.0f} ms "
+                                                  "above the line through the others: two populations")], {}
     slope, fixed = fit.per_token_ms, fit.fixed_ms
     seen = f"total ≈ {fixed:,.0f} ms + {slope:.1f} ms × tokens (r² {fit.r2:.2f})"
     out: list[Seen] = []
     if slope >= SLOW_TOKEN_MS and fit.r2 >= 0.8 and fit.per_token_determined:
-        out.append(("slow_decode", DECISIVE, f"{seen}: each token is slow"))
+        out.append((Cause.SLOW_DECODE, DECISIVE, f"{seen}: each token is slow"))
     elif slope <= FAST_TOKEN_MS:
-        out.append(("slow_decode", 1 / DECISIVE, f"{seen}: tokens are cheap"))
+        out.append((Cause.SLOW_DECODE, 1 / DECISIVE, f"{seen}: tokens are cheap"))
     if fixed >= FLOOR_MS and fixed >= 0.5 * fit.predict(f.typical_output_tokens) and fit.fixed_determined:
-        out.append(("server_floor", WEAK, f"{seen}: the fixed part dominates"))
+        out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the fixed part dominates"))
     elif fixed < LOW_FLOOR_MS and (fit.fixed_interval is None or fit.fixed_interval[1] < LOW_FLOOR_MS
                                    or not fit.robust):
-        out.append(("server_floor", 1 / STRONG, f"{seen}: small fixed part"))
-    impacts = {"slow_decode": (slope * f.typical_output_tokens,
-                               f"sweep slope × a typical {f.typical_output_tokens}-token answer")}
+        out.append((Cause.SERVER_FLOOR, 1 / STRONG, f"{seen}: small fixed part"))
+    impacts = {Cause.SLOW_DECODE: (slope * f.typical_output_tokens,
+                                   f"sweep slope × a typical {f.typical_output_tokens}-token answer")}
     return out, impacts
 
 
@@ -293,23 +294,23 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     # vLLM 0.32 under a queue, 3,908 -> 5,364 ms while identical "Say ok." varied 2.6-7.1 s).
     noise = noise_ms(f.confounders, [r.lag_ms])
     if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100 and diff < NOISE_MULTIPLE * noise:
-        out.append(("long_prefill", WEAK, f"{seen}, within {NOISE_MULTIPLE:g}x the run's noise (±{noise:,.0f} ms)"))
+        out.append((Cause.LONG_PREFILL, WEAK, f"{seen}, within {NOISE_MULTIPLE:g}x the run's noise (±{noise:,.0f} ms)"))
     elif r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
-        out.append(("long_prefill", DECISIVE, seen))
+        out.append((Cause.LONG_PREFILL, DECISIVE, seen))
     elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
-        out.append(("long_prefill", 1 / DECISIVE, seen))
+        out.append((Cause.LONG_PREFILL, 1 / DECISIVE, seen))
         saving = r.per_token_ms * PREFILL_TOKENS
         if saving < CACHE_WORTH_MS:
             # What a prefix cache saves is prompt work: this cheap, a miss costs no latency worth a test.
-            out.append(("prefix_cache_miss", 1 / STRONG,
+            out.append((Cause.PREFIX_CACHE_MISS, 1 / STRONG,
                         f"{seen}: a prefix cache would save under {CACHE_WORTH_MS:,.0f} ms on a "
                         f"{PREFILL_TOKENS:,}-token prompt"))
         if r.short_ttft_ms >= FLOOR_MS:
-            out.append(("server_floor", WEAK, f"{seen}: the floor is not prompt work"))
+            out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor is not prompt work"))
     else:
-        out.append(("long_prefill", WEAK, seen))
-    return out, {"long_prefill": (r.per_token_ms * PREFILL_TOKENS,
-                                  f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
+        out.append((Cause.LONG_PREFILL, WEAK, seen))
+    return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_TOKENS,
+                                      f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
 
 
 def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
@@ -332,12 +333,12 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
         seen = (f"the server's own queue time of the {r.n} parallel requests: {q:,.1f} ms "
                 f"(its histogram, {r.server_queue_requests or 0:.0f} requests)")
         if q >= max(20.0, 0.15 * single):
-            return ([("queueing", DECISIVE, seen), ("server_floor", 1 / WEAK, f"{seen}: waiting, not work")],
-                    {"queueing": (q, "server's mean queue time of requests sent together")})
+            return ([(Cause.QUEUEING, DECISIVE, seen), (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: waiting, not work")],
+                    {Cause.QUEUEING: (q, "server's mean queue time of requests sent together")})
         if q <= 5.0:
-            out: list[Seen] = [("queueing", 1 / DECISIVE, f"{seen}: not queued, whatever the client saw")]
+            out: list[Seen] = [(Cause.QUEUEING, 1 / DECISIVE, f"{seen}: not queued, whatever the client saw")]
             if single >= FLOOR_MS:
-                out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))
+                out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
             return out, {}
         return [], {}
     worst = max(parallels)
@@ -351,16 +352,16 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
     slower = worst >= QUEUE_SLOWDOWN * single and worst - single >= 30
     if slower or (spread >= SERIAL_SPREAD * single and spread >= 30):
         if excess >= NOISE_MULTIPLE * noise:
-            return ([("queueing", DECISIVE, f"{seen}: served one after the other"),
-                     ("server_floor", 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
-                    {"queueing": (excess, "extra wait of a request queued behind one other")})
+            return ([(Cause.QUEUEING, DECISIVE, f"{seen}: served one after the other"),
+                     (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
+                    {Cause.QUEUEING: (excess, "extra wait of a request queued behind one other")})
         if excess >= 1.5 * noise:
-            return [("queueing", WEAK, f"{seen}: slower together, but within a few times the noise")], {}
+            return [(Cause.QUEUEING, WEAK, f"{seen}: slower together, but within a few times the noise")], {}
         return [], {}
     if worst <= NO_SLOWDOWN * single and spread <= PARALLEL_SPREAD * single:
-        out = [("queueing", 1 / STRONG, f"{seen}: served in parallel")]
+        out = [(Cause.QUEUEING, 1 / STRONG, f"{seen}: served in parallel")]
         if single >= FLOOR_MS:
-            out.append(("server_floor", WEAK, f"{seen}: the floor does not depend on load"))
+            out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
         return out, {}
     return [], {}
 
@@ -375,10 +376,10 @@ def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if penalty > 0 and (f.first_queue is not None or f.confounders.queue_wait_ms is not None):
         return [], {}  # requests wait in the server's queue: an after-idle request may have waited as well
     if penalty >= max(200.0, f.warm_ttft_ms):
-        return ([("cold_start", DECISIVE, f"{seen}: the model was unloaded while idle")],
-                {"cold_start": (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
+        return ([(Cause.COLD_START, DECISIVE, f"{seen}: the model was unloaded while idle")],
+                {Cause.COLD_START: (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
     if penalty <= max(50.0, 0.5 * f.warm_ttft_ms):
-        return [("cold_start", 1 / WEAK, f"{seen}: no unload after a short idle")], {}
+        return [(Cause.COLD_START, 1 / WEAK, f"{seen}: no unload after a short idle")], {}
     return [], {}
 
 
@@ -390,30 +391,30 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if queue is not None:
         seen = f"server queue time {queue:,.1f} ms per request (its metrics, {r.requests_seen or 0:.0f} requests)"
         if queue >= max(20.0, 0.15 * (client or 0.0)):
-            out += [("queueing", DECISIVE, seen), ("server_floor", 1 / WEAK, f"{seen}: waiting, not work")]
-            impacts["queueing"] = (queue, "server's mean queue time of requests sent alone")
+            out += [(Cause.QUEUEING, DECISIVE, seen), (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: waiting, not work")]
+            impacts[Cause.QUEUEING] = (queue, "server's mean queue time of requests sent alone")
         elif queue <= 5.0:
-            out.append(("queueing", 1 / STRONG, seen))
+            out.append((Cause.QUEUEING, 1 / STRONG, seen))
     if r.waiting_before is not None and r.waiting_before >= 1:
-        out.append(("queueing", STRONG, f"{r.waiting_before:.0f} requests waiting before ours"))
+        out.append((Cause.QUEUEING, STRONG, f"{r.waiting_before:.0f} requests waiting before ours"))
     outside = r.outside_server_ms
     if outside is not None and client:
         seen = f"client time to first token {client:,.0f} ms, server's {r.server_ttft_ms:,.0f} ms"
         near = f.models_ms is not None and f.models_ms <= 10.0
         if outside >= max(50.0, 0.3 * client) and near:
             # GET /v1/models answers at once: the path is short, the time is spent in front of the model
-            out += [("gateway_overhead", STRONG, f"{seen}: {outside:,.0f} ms outside the model server, though "
-                                                 f"GET /v1/models took {f.models_ms:,.1f} ms"),
-                    ("slow_network", 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
-            impacts["gateway_overhead"] = (outside, "client minus server time to first token of a lone request")
+            out += [(Cause.GATEWAY_OVERHEAD, STRONG, f"{seen}: {outside:,.0f} ms outside the model server, though "
+                                                     f"GET /v1/models took {f.models_ms:,.1f} ms"),
+                    (Cause.SLOW_NETWORK, 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
+            impacts[Cause.GATEWAY_OVERHEAD] = (outside, "client minus server time to first token of a lone request")
         elif outside >= max(50.0, 0.3 * client):
-            out.append(("slow_network", STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
-            out.append(("gateway_overhead", WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
+            out.append((Cause.SLOW_NETWORK, STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
+            out.append((Cause.GATEWAY_OVERHEAD, WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
         elif outside <= max(10.0, 0.1 * client):
-            out.append(("slow_network", 1 / STRONG, f"{seen}: the time is spent in the server"))
-            out.append(("gateway_overhead", 1 / STRONG, f"{seen}: nothing in front of the model costs time"))
+            out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the time is spent in the server"))
+            out.append((Cause.GATEWAY_OVERHEAD, 1 / STRONG, f"{seen}: nothing in front of the model costs time"))
             if (r.server_ttft_ms or 0) >= FLOOR_MS and (queue is None or queue <= 5.0):
-                out.append(("server_floor", WEAK, f"{seen}, not queued: work done per request"))
+                out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}, not queued: work done per request"))
     return out, impacts
 
 
@@ -427,16 +428,16 @@ def _repeat(r: RepeatPromptResult, f: Facts) -> tuple[list[Seen], Impacts]:
     out: list[Seen] = []
     lag = max((t.client_lag_ms or 0.0) for t in (r.first, r.second))
     if explained_by_lag(max(extra, saved), lag):
-        return [], {"prefix_cache_miss": (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
+        return [], {Cause.PREFIX_CACHE_MISS: (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
     if per >= SLOW_PREFILL_MS and extra >= 100:
-        out.append(("long_prefill", STRONG, f"{seen}: {per:.2f} ms per prompt token"))
+        out.append((Cause.LONG_PREFILL, STRONG, f"{seen}: {per:.2f} ms per prompt token"))
     elif per <= FAST_PREFILL_MS:
-        out.append(("long_prefill", 1 / STRONG, f"{seen}: {per:.2f} ms per prompt token"))
+        out.append((Cause.LONG_PREFILL, 1 / STRONG, f"{seen}: {per:.2f} ms per prompt token"))
     if saved >= max(30.0, 0.3 * extra):
-        out.append(("prefix_cache_miss", 1 / DECISIVE, f"{seen}: the repeat was served from the prefix cache"))
+        out.append((Cause.PREFIX_CACHE_MISS, 1 / DECISIVE, f"{seen}: the repeat was served from the prefix cache"))
     elif extra >= 100 and saved <= 0.1 * extra:
-        out.append(("prefix_cache_miss", STRONG, f"{seen}: the repeat was computed again"))
-    return out, {"prefix_cache_miss": (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
+        out.append((Cause.PREFIX_CACHE_MISS, STRONG, f"{seen}: the repeat was computed again"))
+    return out, {Cause.PREFIX_CACHE_MISS: (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
 
 
 def _transport(r: TransportResult, f: Facts) -> tuple[list[Seen], Impacts]:
@@ -446,19 +447,20 @@ def _transport(r: TransportResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if rtt is not None:
         seen = f"round trip {rtt:,.1f} ms (raw TCP, {len(r.connect_ms)} connections)"
         if rtt >= SLOW_RTT_MS:
-            out.append(("slow_network", DECISIVE, seen))
+            out.append((Cause.SLOW_NETWORK, DECISIVE, seen))
         elif rtt <= FAST_RTT_MS:
-            out.append(("slow_network", 1 / DECISIVE, seen))
-        impacts["slow_network"] = (rtt, "one round trip per request")
+            out.append((Cause.SLOW_NETWORK, 1 / DECISIVE, seen))
+        impacts[Cause.SLOW_NETWORK] = (rtt, "one round trip per request")
     ka = r.keepalive
     works = ka.reuse_works
     if works is False:
         close = " (the server answers Connection: close)" if ka.server_close_header else ""
-        out.append(("no_keepalive", DECISIVE, f"{ka.fresh} of {ka.requests} requests opened a new connection{close}"))
+        out.append((Cause.NO_KEEPALIVE, DECISIVE,
+                    f"{ka.fresh} of {ka.requests} requests opened a new connection{close}"))
         if ka.handshake_p50_ms is not None:
-            impacts["no_keepalive"] = (ka.handshake_p50_ms, "connect + TLS paid by every request")
+            impacts[Cause.NO_KEEPALIVE] = (ka.handshake_p50_ms, "connect + TLS paid by every request")
     elif works is True:
-        out.append(("no_keepalive", 1 / DECISIVE, f"{ka.reused} of {ka.requests} requests reused a connection"))
+        out.append((Cause.NO_KEEPALIVE, 1 / DECISIVE, f"{ka.reused} of {ka.requests} requests reused a connection"))
     return out, impacts
 
 
@@ -482,7 +484,7 @@ class FollowUpTest(Protocol):
     @property
     def title(self) -> str: ...
     @property
-    def separates(self) -> Mapping[str, tuple[float, float]]: ...
+    def separates(self) -> Mapping[Cause, tuple[float, float]]: ...
 
     def sources(self) -> tuple[AnyProbe, ...]:
         """Its probe, then the checklist probes whose result serves as well."""
@@ -512,7 +514,7 @@ class FollowUp(Generic[T]):
 
     probe: Probe[T]
     title: str
-    separates: dict[str, tuple[float, float]]
+    separates: dict[Cause, tuple[float, float]]
     seconds: Callable[[Facts, Options], float]
     read: Callable[[T, Facts], Reading]
     also: tuple[Probe[T], ...] = ()
@@ -561,26 +563,26 @@ def _baseline_bracket_serves(ctx: Context) -> bool:
 # Built without a type context, so each test keeps its probe's result type.
 _TESTS = (
     FollowUp(SWEEP, "output-length sweep (decode vs floor)",
-             {"slow_decode": (0.95, 0.05), "server_floor": (0.7, 0.3), "replica_imbalance": (0.8, 0.05)},
+             {Cause.SLOW_DECODE: (0.95, 0.05), Cause.SERVER_FLOOR: (0.7, 0.3), Cause.REPLICA_IMBALANCE: (0.8, 0.05)},
              _sweep_seconds, _sweep),
     FollowUp(TRANSPORT, "fresh vs reused connections, round trip (raw TCP)",
-             {"slow_network": (0.95, 0.05), "no_keepalive": (0.95, 0.05)}, lambda f, o: 1.0, _transport),
+             {Cause.SLOW_NETWORK: (0.95, 0.05), Cause.NO_KEEPALIVE: (0.95, 0.05)}, lambda f, o: 1.0, _transport),
     FollowUp(PREFILL, "prompt-length sweep (prefill vs fixed cost)",
-             {"long_prefill": (0.95, 0.05), "server_floor": (0.7, 0.3)},
+             {Cause.LONG_PREFILL: (0.95, 0.05), Cause.SERVER_FLOOR: (0.7, 0.3)},
              lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _prefill),
     FollowUp(LONE_REQUEST, "metrics deltas around a lone request (server queue vs work)",
-             {"queueing": (0.9, 0.1), "slow_network": (0.8, 0.2), "server_floor": (0.7, 0.3),
-              "gateway_overhead": (0.8, 0.2)},
+             {Cause.QUEUEING: (0.9, 0.1), Cause.SLOW_NETWORK: (0.8, 0.2), Cause.SERVER_FLOOR: (0.7, 0.3),
+              Cause.GATEWAY_OVERHEAD: (0.8, 0.2)},
              lambda f, o: f.warm_total_ms / 1000 + 0.1, _lone, needs=_needs_metrics,
              reuses=_baseline_bracket_serves),
     FollowUp(FOLLOWUP_CONCURRENCY, "concurrency step: 1 vs 2 at once (queueing vs compute)",
-             {"queueing": (0.95, 0.05), "server_floor": (0.7, 0.3)},
+             {Cause.QUEUEING: (0.95, 0.05), Cause.SERVER_FLOOR: (0.7, 0.3)},
              lambda f, o: 4 * f.warm_total_ms / 1000, _concurrency, also=(CONCURRENCY,)),
     FollowUp(REPEAT_PROMPT, "repeated identical long prompt (prefix-cache effect)",
-             {"prefix_cache_miss": (0.8, 0.2), "long_prefill": (0.7, 0.3)},
+             {Cause.PREFIX_CACHE_MISS: (0.8, 0.2), Cause.LONG_PREFILL: (0.7, 0.3)},
              lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _repeat),
     FollowUp(FOLLOWUP_IDLE, "idle test (scale-to-zero / keep-alive unload)",
-             {"cold_start": (0.8, 0.2)},
+             {Cause.COLD_START: (0.8, 0.2)},
              lambda f, o: (o.request.idle_test_s or DEFAULT_IDLE_S) + f.warm_total_ms / 1000, _idle, also=(IDLE,)),
 )
 FOLLOWUPS: tuple[FollowUpTest, ...] = _TESTS

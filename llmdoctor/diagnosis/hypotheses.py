@@ -24,9 +24,9 @@ class Hypothesis:
     prior: float = PRIOR
 
     @property
-    def id(self) -> str:
-        """The cause's id (the string the evidence rules and the JSON use)."""
-        return self.cause.value
+    def id(self) -> Cause:
+        """The cause (its value is the id the JSON uses)."""
+        return self.cause
 
     @property
     def title(self) -> str:
@@ -127,4 +127,4 @@ HYPOTHESES: tuple[Hypothesis, ...] = (
     ),
 )
 
-BY_ID: dict[str, Hypothesis] = {h.id: h for h in HYPOTHESES}
+BY_ID: dict[Cause, Hypothesis] = {h.cause: h for h in HYPOTHESES}

@@ -18,11 +18,13 @@ declared ones, so replaying the recorded measurements gives the same diagnosis.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, FollowUpTest, Seen, facts_from, first_pass, symptom
 from llmdoctor.diagnosis.hypotheses import BY_ID, HYPOTHESES
-from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, Observation, Step, Update
+from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, HypothesisStatus, Observation, Step, Update
 from llmdoctor.diagnosis.scoring import CONFIRM, MIN_BITS, cost_units, expected_bits, status, update
 from llmdoctor.probes.catalog import BASELINE, DIAGNOSIS, SERVER_METRICS
 from llmdoctor.probes.contract import AnyProbe
@@ -33,44 +35,62 @@ if TYPE_CHECKING:
 __all__ = ["diagnose_followups", "restatus", "EXCLUSION_RIVALS", "EXPLAINED_BY"]
 
 #: The fixed-overhead floor is confirmed only when these are refuted.
-EXCLUSION_RIVALS = ("queueing", "long_prefill", "slow_network")
+EXCLUSION_RIVALS: tuple[Cause, ...] = (Cause.QUEUEING, Cause.LONG_PREFILL, Cause.SLOW_NETWORK)
 #: A hypothesis is not confirmed while one that explains the same observations is: requests waiting for
 #: KV blocks are KV pressure showing, a slow replica makes load-dependent and high latencies of its own.
-EXPLAINED_BY = {"queueing": ("kv_cache_pressure", "replica_imbalance"), "server_floor": ("replica_imbalance",)}
+EXPLAINED_BY: dict[Cause, tuple[Cause, ...]] = {
+    Cause.QUEUEING: (Cause.KV_CACHE_PRESSURE, Cause.REPLICA_IMBALANCE),
+    Cause.SERVER_FLOOR: (Cause.REPLICA_IMBALANCE,),
+}
 
 
-def _status(d: Diagnosis, h: HypothesisState) -> str:
+def _known(causes: Iterable[Cause], where: str) -> None:
+    """Every cause a rule names is a hypothesis of the table (checked at import: a typo fails at once)."""
+    unknown = sorted(repr(c) for c in causes if Cause(c) not in BY_ID)
+    if unknown:
+        raise ImportError(f"{where} names causes that are no hypothesis: {', '.join(unknown)}")
+
+
+_known([c for f in FOLLOWUPS for c in f.separates], "evidence.FOLLOWUPS")
+_known([*EXCLUSION_RIVALS, *EXPLAINED_BY, *(c for v in EXPLAINED_BY.values() for c in v)], "planner")
+
+
+def _status(d: Diagnosis, h: HypothesisState) -> HypothesisStatus:
     s = status(h.probability)
-    if s == "confirmed" and h.id == "server_floor":
+    if s is HypothesisStatus.CONFIRMED and h.id is Cause.SERVER_FLOOR:
         rivals = [d.get(r) for r in EXCLUSION_RIVALS]
-        if any(r is not None and r.status != "refuted" for r in rivals):
-            return "open"
-    if s == "confirmed" and any(status(x.probability) == "confirmed"
-                                for x in (d.get(e) for e in EXPLAINED_BY.get(h.id, ())) if x is not None):
-        return "open"
+        if any(r is not None and r.status is not HypothesisStatus.REFUTED for r in rivals):
+            return HypothesisStatus.OPEN
+    if s is HypothesisStatus.CONFIRMED and any(
+            status(x.probability) is HypothesisStatus.CONFIRMED
+            for x in (d.get(e) for e in EXPLAINED_BY.get(h.id, ())) if x is not None):
+        return HypothesisStatus.OPEN
     return s
 
 
 def restatus(d: Diagnosis) -> None:
     """Each hypothesis's status from its probability, the exclusion rule and `EXPLAINED_BY`."""
     # Rivals first, so the exclusion rule sees their final status.
-    for h in sorted(d.hypotheses, key=lambda h: (h.id == "server_floor", h.id in EXPLAINED_BY)):
+    for h in sorted(d.hypotheses, key=lambda h: (h.id is Cause.SERVER_FLOOR, h.id in EXPLAINED_BY)):
         h.status = _status(d, h)
 
 
-def _apply(d: Diagnosis, seen: list[Seen], source: str, impacts: dict[str, tuple[float, str]]) -> list[Update]:
+def _apply(d: Diagnosis, seen: list[Seen], source: str, impacts: dict[Cause, tuple[float, str]]) -> list[Update]:
+    """Update the hypotheses with what was seen and their impacts.
+
+    Evidence or an impact about a cause that is no hypothesis of `d` raises (`Diagnosis.state`): a
+    rule naming the wrong cause is a bug, and skipping it would lose the evidence in silence.
+    """
     updates = []
     for hyp, lr, text in seen:
-        h = d.get(hyp)
-        if h is None:
-            continue
+        h = d.state(hyp)
         before = h.probability
         h.probability = update(before, lr)
-        h.evidence.append(Observation(hyp, source, text, lr))
-        updates.append(Update(hyp, before, h.probability, lr, text))
+        h.evidence.append(Observation(h.id, source, text, lr))
+        updates.append(Update(h.id, before, h.probability, lr, text))
     for hyp, (ms, basis) in impacts.items():
-        h = d.get(hyp)
-        if h is not None and ms > 0:
+        h = d.state(hyp)
+        if ms > 0:
             h.impact_ms, h.impact_basis = round(ms, 1), basis
     restatus(d)
     return updates
@@ -80,7 +100,7 @@ def _bits(d: Diagnosis, f: FollowUpTest) -> float:
     total = 0.0
     for hyp, (sens, fpr) in f.separates.items():
         h = d.get(hyp)
-        if h is not None and h.status == "open":
+        if h is not None and h.status is HypothesisStatus.OPEN:
             total += expected_bits(min(h.probability, CONFIRM - 1e-6), sens, fpr)
     return total
 
@@ -106,7 +126,8 @@ def _budget_left(ctx: Context) -> int | None:
 
 def _reason(d: Diagnosis, f: FollowUpTest) -> str:
     states = [(h, d.get(h)) for h in f.separates]
-    parts = [f"{BY_ID[h].title} {s.probability:.0%}" for h, s in states if s is not None and s.status == "open"]
+    parts = [f"{BY_ID[h].title} {s.probability:.0%}" for h, s in states
+             if s is not None and s.status is HypothesisStatus.OPEN]
     return "separates " + ", ".join(parts)
 
 
@@ -123,7 +144,7 @@ def diagnose_followups(ctx: Context) -> Diagnosis:
     facts: Facts = facts_from(ctx)
     d = Diagnosis(symptom=symptom(facts), budget_requests=options.diagnosis.followup_requests,
                   budget_s=options.diagnosis.followup_seconds)
-    d.hypotheses = [HypothesisState(h.id, h.title, h.prior, h.prior, "open") for h in HYPOTHESES]
+    d.hypotheses = [HypothesisState(h.cause, h.title, h.prior, h.prior, HypothesisStatus.OPEN) for h in HYPOTHESES]
     seen, impacts = first_pass(facts)
     _apply(d, seen, "first pass (first request, baseline, GET /v1/models, metrics)", impacts)
     for h in d.hypotheses:

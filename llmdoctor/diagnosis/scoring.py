@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+from llmdoctor.diagnosis.model import HypothesisStatus
+
 __all__ = [
     "PRIOR", "PRIOR_SECONDARY", "DECISIVE", "STRONG", "WEAK", "CONFIRM", "REFUTE", "MIN_BITS",
     "SECONDS_PER_REQUEST", "update", "status", "expected_bits", "cost_units",
@@ -51,13 +53,13 @@ def update(p: float, likelihood_ratio: float) -> float:
     return odds / (1 + odds)
 
 
-def status(p: float) -> str:
-    """``confirmed``, ``refuted`` or ``open``."""
+def status(p: float) -> HypothesisStatus:
+    """Confirmed, refuted or open, by the probability alone."""
     if p >= CONFIRM:
-        return "confirmed"
+        return HypothesisStatus.CONFIRMED
     if p <= REFUTE:
-        return "refuted"
-    return "open"
+        return HypothesisStatus.REFUTED
+    return HypothesisStatus.OPEN
 
 
 def _h2(p: float) -> float:
@@ -68,7 +70,7 @@ def _h2(p: float) -> float:
 
 def expected_bits(p: float, sensitivity: float, false_positive: float) -> float:
     """Expected entropy drop about one hypothesis from a binary test (0 for a settled one)."""
-    if status(p) != "open":
+    if status(p) is not HypothesisStatus.OPEN:
         return 0.0
     q = p * sensitivity + (1 - p) * false_positive
     if q <= 0 or q >= 1:

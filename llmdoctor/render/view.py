@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmdoctor import __version__
-from llmdoctor.diagnosis.model import Diagnosis, HypothesisState
+from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, HypothesisStatus
 from llmdoctor.findings import Confidence, Evidence, Finding
 from llmdoctor.render.common import (
     MASK,
@@ -240,8 +240,8 @@ def _chain(d: Diagnosis | None, f: Finding) -> list[str]:
     """What the differential diagnosis saw for this finding's cause: the evidence of its confirmation."""
     if d is None or f.cause is None:
         return []
-    h = d.get(f.cause.value)
-    if h is None or h.status != "confirmed":
+    h = d.get(f.cause)
+    if h is None or h.status is not HypothesisStatus.CONFIRMED:
         return []
     return _evidence_of(d, h)
 
@@ -255,7 +255,7 @@ def _followup_evidence(d: Diagnosis, h: HypothesisState) -> list[str]:
     lines = []
     for step in d.steps:
         for u in step.updates:
-            if u.hypothesis == h.id:
+            if u.hypothesis is h.id:
                 cost = f" ({plural(step.cost_requests, 'request')})" if step.cost_requests else ""
                 lines.append(f"{step.title}{cost}: {u.text}")
     return lines
