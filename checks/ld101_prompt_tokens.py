@@ -11,6 +11,7 @@ from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
 from llmdoctor.probes.requests import RequestSet
+from llmdoctor.probes.tokens import known_window
 
 NEAR_SHARE = 0.8  # of the window: little room left for the answer
 LARGE_SHARE = 0.5
@@ -26,7 +27,9 @@ class PromptTokenCount(Check):
     available (the server's own ``/tokenize`` with its chat template, else a
     local tokenizer given with ``--tokenizer``, else characters / 4 with a
     stated band) and compares them with the context window (``/v1/models``
-    ``max_model_len``, llama.cpp ``/props`` ``n_ctx`` or ``--context-window``).
+    ``max_model_len``, llama.cpp ``/props`` ``n_ctx`` or ``--context-window``; where
+    the server states none, the window its refusal of our own long prefill prompt
+    taught, which the evidence quotes).
     Fires when a prompt exceeds the window, fills more than 80% of it, or takes
     more than half of it or 500 ms of prefill (prompt + ``max_tokens`` over the
     window is LD601's).
@@ -67,7 +70,7 @@ class PromptTokenCount(Check):
         requests = ctx.get(REQUESTS)
         counted = ctx.get(PROMPT_TOKENS)
         costs = token_costs(ctx)
-        window = counted.window
+        window, window_source = known_window(ctx, counted)
         confidence = Confidence.LOW if counted.method == "estimate" else Confidence.HIGH
         tokens = [c.tokens for c in counted.counts]
         evidence = [
@@ -79,7 +82,7 @@ class PromptTokenCount(Check):
             highs = [c.high for c in counted.counts]
             evidence.append(Evidence("estimate band (largest prompt)", f"{max(lows):,}–{max(highs):,}", "tokens"))
         if window:
-            evidence.append(Evidence("context window", window, "tokens", counted.window_source))
+            evidence.append(Evidence("context window", window, "tokens", window_source))
         if costs.prefill_ms is not None:
             evidence.append(Evidence(f"prefill per prompt token ({costs.prefill_clock} clock)",
                                      round(costs.prefill_ms, 3), "ms", costs.prefill_basis))

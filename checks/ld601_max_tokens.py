@@ -10,6 +10,7 @@ from llmdoctor.context import Context
 from llmdoctor.costs import TOKEN_COSTS, distribution, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
+from llmdoctor.probes.tokens import known_window
 
 OVERSIZE_FACTOR = 16  # a cap this many times the typical answer is no cap at all
 MIN_FLAGGED = 1024
@@ -57,7 +58,7 @@ class MaxTokens(Check):
         typical = ctx.options.workload.typical_output_tokens
         costs = token_costs(ctx)
         counted = ctx.optional(PROMPT_TOKENS)
-        window = ctx.options.workload.context_window or getattr(counted, "window", None)
+        window, window_source = known_window(ctx, counted)
         caps = [r.params.output_cap for r in requests.requests]
         missing = [r for r, c in zip(requests.requests, caps) if c is None]
         limit = max(MIN_FLAGGED, OVERSIZE_FACTOR * typical)
@@ -82,7 +83,7 @@ class MaxTokens(Check):
                 frequency=Frequency.EVERY_REQUEST,
                 evidence=(Evidence("prompt tokens", prompt, "tokens", counted.detail),
                           Evidence("max_tokens", cap, "tokens", r.source),
-                          Evidence("context window", window, "tokens", counted.window_source)),
+                          Evidence("context window", window, "tokens", window_source)),
                 cause=Cause.OVERSIZED_PROMPT,
             )
         fix = Fix(

@@ -34,8 +34,9 @@ INSTANT_MIN_MS = 5.0
 
 
 def counts_as_trouble(r: RequestOutcome) -> bool:
-    """Whether a request ended in endpoint trouble (not a request the server merely declined)."""
-    return not r.ok and r.status not in _REJECTED
+    """Whether a request ended in endpoint trouble (not a request the server merely declined, nor one
+    of our probes that did not fit the window: `RequestOutcome.misfit`)."""
+    return not r.ok and r.status not in _REJECTED and not r.misfit
 
 
 def ordinal(n: int) -> str:

@@ -111,8 +111,18 @@ def _prompt_size_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
                     "only when the context window is under 4,096 tokens")]
 
 
+def _refit_plan(e: Endpoint) -> Sequence[PlannedRequest]:
+    # llmdoctor.probes.window.send_fitting: a long prompt refused as larger than the window.
+    return [request("POST", e.chat, '{"messages": [the refused long prompt], "max_tokens": 1}', 1,
+                    "only when the long prompt is refused without the refusal's text (a cut stream): "
+                    "asked again unstreamed to read the window"),
+            request("POST", e.chat, '{"messages": [the long prompt resized], "max_tokens": 1, "stream": true}', 1,
+                    "only when the server refused the long prompt as larger than its window")]
+
+
 def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    chats = [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2)]
+    chats = [request("POST", e.chat, '{"messages": [short or long prompt], "max_tokens": 1, "stream": true}', 2),
+             *_refit_plan(e)]
     if not o.workload.request_files:
         return chats
     # The two prompts counted by the tokenizer server_tokens found (llama.cpp: /apply-template + /tokenize each).
@@ -156,7 +166,8 @@ def _native_timings_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 
 
 def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
-    return [request("POST", e.chat, '{"messages": [the same long prompt], "max_tokens": 1, "stream": true}', 2)]
+    return [request("POST", e.chat, '{"messages": [the same long prompt], "max_tokens": 1, "stream": true}', 2),
+            *_refit_plan(e)]
 
 
 def _diagnosis_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:

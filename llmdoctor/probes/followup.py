@@ -195,15 +195,18 @@ def repeat_prompt(ctx: Context) -> RepeatPromptResult:
     from llmdoctor.context import ProbeUnavailable
     from llmdoctor.probes.baseline import describe_failure
     from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
+    from llmdoctor.probes.window import send_fitting
 
     base = ctx.get(BASELINE)
     rng = random.Random()
-    words = long_prompt_words(ctx, REPEAT_WORDS + 12) - 12
-    prompt = filler_prompt(words, rng)
-    timings = []
-    for _ in range(2):
-        timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra={"model": base.model, "temperature": 0})
+    extra = {"model": base.model, "temperature": 0}
+    # A prompt larger than a window the server does not publish is refused: learn the window, resize.
+    sent = send_fitting(ctx, long_prompt_words(ctx, REPEAT_WORDS + 12) - 12, lambda n: filler_prompt(n, rng),
+                        "repeated-prompt", extra, min_words=48)
+    timings = [sent.timing]
+    if sent.timing.ok and sent.timing.ttft_ms is not None:
+        timings.append(ctx.client.chat(sent.prompt, max_tokens=1, stream=True, extra=extra))
+    for timing in timings:
         if not timing.ok or timing.ttft_ms is None:
             raise ProbeUnavailable(f"repeated-prompt request failed: {describe_failure(timing)}")
-        timings.append(timing)
-    return RepeatPromptResult(words, timings[0], timings[1])
+    return RepeatPromptResult(sent.words, timings[0], timings[1])

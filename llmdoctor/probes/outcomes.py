@@ -51,6 +51,8 @@ class RequestOutcome:
     rate_limit: dict[str, str] = field(default_factory=dict)
     peer: str = ""
     client_lag_ms: float | None = None
+    #: Why this request failed by our own doing (our probe did not fit the window); "" otherwise.
+    misfit: str = ""
 
     @property
     def ok(self) -> bool:
@@ -90,7 +92,7 @@ class RequestOutcome:
             server=headers.get("server", "")[:80],
             retry_after=headers.get("retry-after"),
             rate_limit={k: v[:80] for k, v in headers.items() if k.startswith(RATE_LIMIT_PREFIXES)},
-            peer=t.peer, client_lag_ms=t.client_lag_ms,
+            peer=t.peer, client_lag_ms=t.client_lag_ms, misfit=t.misfit,
         )
 
 

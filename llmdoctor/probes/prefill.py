@@ -24,6 +24,14 @@ only with ``--request``), else by ``prompt_size``'s tokens a filler word, else a
 word. That guess matters: this filler costs ~2.4 tokens a word with the tiny llama.cpp tier's
 tokenizer, and a rate per token over half the true tokens is twice the true rate.
 
+A server that publishes no window may refuse the long prompt as larger than its window
+(llama-cpp-python ``--n_ctx 512``: ~2,500 tokens against 512). That refusal is ours, not the
+server failing: the window is read from its text (`llmdoctor.probes.window`: one more request,
+non-streamed, when the refusal came as a cut stream), the refused requests are marked ``misfit``
+(LD002 does not count them), and the long prompt is sent once more, resized to half the learned
+window; the result keeps the window and the refusal it came from (LD101, LD601 judge the
+application's requests against it).
+
 Each prompt starts with a fresh random nonce so a prefix cache cannot serve it
 (a prefix both share, the chat template's, cancels out in the difference).
 The probe runs only after the baseline succeeded, so a dead endpoint costs no
@@ -41,6 +49,7 @@ from llmdoctor.probes.baseline import describe_failure
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY, PROMPT_SIZE, SERVER_TOKENS
 from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
 from llmdoctor.probes.timing import ClockKind, RequestTiming
+from llmdoctor.probes.window import send_fitting
 
 __all__ = ["PrefillResult", "ServerRate", "prefill", "server_rate"]
 
@@ -69,6 +78,10 @@ class PrefillResult:
     server_source: str = ""
     server_clock: str = ""
     server_note: str = ""
+    #: The context window the server's refusal of our long prompt taught (None: it fitted the first time),
+    #: and that refusal, quoted (`llmdoctor.probes.window`).
+    window: int | None = None
+    window_source: str = ""
 
     @property
     def reliable(self) -> bool:
@@ -152,14 +165,17 @@ def prefill(ctx: Context) -> PrefillResult:
     long_words = long_prompt_words(ctx, LONG_WORDS, min_words=SHORT_WORDS * 2)
     rng = random.Random()
     extra = {"model": model} if model else None
-    timings = []
-    prompts = [_prompt(words, rng) for words in (SHORT_WORDS, long_words)]
-    for words, prompt in zip((SHORT_WORDS, long_words), prompts):
-        timing = ctx.client.chat(prompt, max_tokens=1, stream=True, extra=extra)
-        if not timing.ok or timing.ttft_ms is None:
-            raise ProbeUnavailable(f"prefill request ({words} words) failed: {describe_failure(timing)}")
-        timings.append(timing)
-    short, long = timings
+    short_prompt = _prompt(SHORT_WORDS, rng)
+    short = ctx.client.chat(short_prompt, max_tokens=1, stream=True, extra=extra)
+    if not short.ok or short.ttft_ms is None:
+        raise ProbeUnavailable(f"prefill request ({SHORT_WORDS} words) failed: {describe_failure(short)}")
+    sent = send_fitting(ctx, long_words, lambda words: _prompt(words, rng), "prefill", extra,
+                        min_words=SHORT_WORDS * 2)
+    long, long_words = sent.timing, sent.words
+    if not long.ok or long.ttft_ms is None:
+        learned = f" (after its refusal taught a {sent.learned.tokens:,}-token window)" if sent.learned else ""
+        raise ProbeUnavailable(f"prefill request ({long_words} words) failed{learned}: {describe_failure(long)}")
+    timings, prompts = [short, long], [short_prompt, sent.prompt]
     if short.prompt_tokens and long.prompt_tokens and long.prompt_tokens > short.prompt_tokens:
         short_tokens, long_tokens, source = short.prompt_tokens, long.prompt_tokens, "usage"
     else:
@@ -170,4 +186,6 @@ def prefill(ctx: Context) -> PrefillResult:
     rate = server_rate(short, long, short_tokens, long_tokens)
     return PrefillResult(short_tokens, long_tokens, short.ttft_ms, long.ttft_ms, per_token, source,
                          lag_ms=max(lags) if lags else None, server_per_token_ms=rate.per_token_ms,
-                         server_source=rate.source, server_clock=rate.clock, server_note=rate.note)
+                         server_source=rate.source, server_clock=rate.clock, server_note=rate.note,
+                         window=sent.learned.tokens if sent.learned else None,
+                         window_source=sent.learned.source if sent.learned else "")

@@ -144,6 +144,9 @@ class RequestTiming:
     #: The worst scheduling lag llmdoctor's own process suffered while the request ran (ms; the lag
     #: sampler, `llmdoctor.probes.lag`): any timestamp of this request may be up to this late.
     client_lag_ms: float | None = None
+    #: Set when this request failed by our own doing, as the probe that sent it judged: our probe's
+    #: prompt did not fit the model's window (`llmdoctor.probes.window`). Never the server's failure.
+    misfit: str = ""
 
     @property
     def ok(self) -> bool:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, REQUESTS, SERVER_TOKENS
+from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, PREFILL, REQUESTS, SERVER_TOKENS
 from llmdoctor.probes.sizes import SERVER_TOKENS_SAMPLE
 from llmdoctor.request_files import RequestFileError, body_texts, iter_bodies
 from llmdoctor.textscan import clean
@@ -52,6 +52,7 @@ __all__ = [
     "estimate_tokens",
     "count_messages",
     "count_with",
+    "known_window",
 ]
 
 SAMPLE = SERVER_TOKENS_SAMPLE
@@ -369,6 +370,20 @@ def _window(ctx: Context, server: ServerTokens | None) -> tuple[int | None, str]
     found = ctx.optional(CONTEXT_WINDOW)
     if found is not None:
         return found.tokens, found.source
+    return None, ""
+
+
+def known_window(ctx: Context, counted: PromptTokens | None) -> tuple[int | None, str]:
+    """The window the application's requests are judged against, and its source: ``--context-window`` or
+    the server's statement (`prompt_tokens`), else the window the server's refusal of our own prefill
+    prompt taught (a check calling this declares ``PREFILL``, as `llmdoctor.costs.TOKEN_COSTS` does)."""
+    if ctx.options.workload.context_window:
+        return ctx.options.workload.context_window, "--context-window"
+    if counted is not None and counted.window:
+        return counted.window, counted.window_source
+    prefill = ctx.optional(PREFILL)
+    if prefill is not None and prefill.window:
+        return prefill.window, f"learned from {prefill.window_source}"
     return None, ""
 
 

@@ -33,7 +33,7 @@ def _models(h: Handler, req: Request) -> None:
                     "object": "model",
                     "created": int(h.sim.started_wall),
                     "owned_by": "llmdoctor-sim",
-                    "max_model_len": p.context_window,
+                    **({"max_model_len": p.context_window} if p.publish_window else {}),
                 }
             ],
         },
@@ -66,7 +66,8 @@ def _tokenize(h: Handler, req: Request) -> None:
         raise ApiError(400, "Either 'prompt' or 'messages' is required.", param="prompt")
     h.send_json(
         200,
-        {"count": len(ids), "max_model_len": h.sim.profile.context_window, "tokens": ids, "token_strs": None},
+        {"count": len(ids), "max_model_len": h.sim.profile.context_window if h.sim.profile.publish_window else None,
+         "tokens": ids, "token_strs": None},
     )
 
 

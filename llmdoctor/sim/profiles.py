@@ -51,6 +51,8 @@ class LatencyProfile:
     natural_output_tokens: int = 8
     #: Context window in tokens (prompt + max_tokens must fit).
     context_window: int = 4096
+    #: Whether `/v1/models` and `/tokenize` state the window (``max_model_len``); llama-cpp-python states none.
+    publish_window: bool = True
     #: Seconds after start during which generation requests get 503 "Loading model".
     loading_for_s: float = 0.0
     #: If set, every generation request answers this HTTP status with an OpenAI-shaped error.
