@@ -1,7 +1,10 @@
-"""Discovering checks through the ``llmdoctor.checks`` entry-point group.
+"""Discovering checks: the built-in table and the ``llmdoctor.checks`` entry-point group.
 
-Built-in and third-party checks register the same way. Nothing registers itself at import time;
-a plugin that fails to load becomes a `LoadError`, reported as a crashed check, never a stopped run.
+The built-in checks are the lines of `llmdoctor.check_table` (the one source: pyproject.toml's
+entry points and the index are generated from it); third-party checks register through the
+entry-point group. Nothing registers itself at import time; a plugin that fails to load becomes a
+`LoadError`, reported as a crashed check, never a stopped run. A built-in check also reached
+through an installed entry point (pyproject.toml's, generated from the table) counts once.
 
 Two ways in, with the same rules (one check per id: another class claiming a taken id is an
 error, the same class through two distributions counts once; checklist order):
@@ -23,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from llmdoctor.plugins import entry_points, load_object
+from llmdoctor.check_table import BUILTIN_CHECKS, CheckState, state_of
+from llmdoctor.plugins import EntryPoint, entry_points, load_object
 
 if TYPE_CHECKING:
     from llmdoctor.check import Check
 
 __all__ = ["ENTRY_POINT_GROUP", "CheckInfo", "Checklist", "EntryPointLike", "LoadError", "Registry",
-           "available_checks", "find_check", "load_registry", "select"]
+           "available_checks", "builtin_entry_points", "check_state", "find_check", "load_registry", "select"]
 
 ENTRY_POINT_GROUP = "llmdoctor.checks"
 
@@ -64,12 +68,14 @@ class CheckInfo(NamedTuple):
     entry_point: str  # ``module:Class``
     requires: tuple[str, ...]
     optional: tuple[str, ...]
+    state: str = CheckState.STABLE.value  # a `CheckState` value, from the table (`state_of`)
 
     @classmethod
     def of(cls, check: type[Check], entry_point: str) -> CheckInfo:
         """The description of a loaded check class."""
         return cls(check.id, check.name, check.title, check.category.value, check.order, entry_point,
-                   tuple(p.name for p in check.requires), tuple(p.name for p in check.optional))
+                   tuple(p.name for p in check.requires), tuple(p.name for p in check.optional),
+                   state_of(entry_point).value)
 
 
 class Registry:
@@ -127,13 +133,24 @@ def _load(ep: EntryPointLike) -> type[Check] | LoadError:
     return cast("type[Check]", obj)  # _validate made sure it is one
 
 
+def builtin_entry_points() -> list[EntryPoint]:
+    """The built-in checks of `llmdoctor.check_table`, as entry points (in the table's order)."""
+    return [EntryPoint(row.id, row.entry_point, ENTRY_POINT_GROUP) for row in BUILTIN_CHECKS]
+
+
+def _all_entry_points() -> list[EntryPointLike]:
+    """The built-in table first (so a built-in keeps its id against a plugin), then the installed group."""
+    return [*builtin_entry_points(), *sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name)]
+
+
 def _discover(eps: Iterable[EntryPointLike] | None, indexed: dict[str, CheckInfo],
               ) -> tuple[list[tuple[CheckInfo, type[Check] | None]], list[LoadError]]:
-    """Every check of the entry points, described by `indexed` where it holds them, else loaded."""
+    """Every check of `eps` (default: the table and the installed entry points), described by
+    `indexed` where it holds them, else loaded."""
     found: list[tuple[CheckInfo, type[Check] | None]] = []
     errors: list[LoadError] = []
     seen: dict[str, str] = {}
-    for ep in sorted(entry_points(ENTRY_POINT_GROUP) if eps is None else eps, key=lambda e: e.name):
+    for ep in _all_entry_points() if eps is None else sorted(eps, key=lambda e: e.name):
         info, check = indexed.get(ep.value), None
         if info is None:
             loaded = _load(ep)
@@ -153,7 +170,7 @@ def _discover(eps: Iterable[EntryPointLike] | None, indexed: dict[str, CheckInfo
 
 
 def load_registry(eps: Iterable[EntryPointLike] | None = None) -> Registry:
-    """Load every check of the entry-point group (or of `eps`, for tests)."""
+    """Load every built-in check and every check of the entry-point group (or those of `eps`, for tests)."""
     found, errors = _discover(eps, {})
     return Registry([check for _, check in found if check is not None], errors)
 
@@ -166,11 +183,11 @@ def indexed_checks() -> dict[str, CheckInfo]:
     """
     from llmdoctor.check_index import CHECKS
 
-    return {row[5]: CheckInfo(*row) for row in CHECKS}
+    return {row[5]: CheckInfo(*row, state_of(row[5]).value) for row in CHECKS}
 
 
 def available_checks(eps: Iterable[EntryPointLike] | None = None) -> Checklist:
-    """The checks of the entry-point group (or of `eps`), without importing the built-in ones."""
+    """The built-in checks and those of the entry-point group (or of `eps`), without importing the built-in ones."""
     found, errors = _discover(eps, indexed_checks())
     return Checklist([info for info, _ in found], errors)
 
@@ -192,9 +209,27 @@ def _matches(check: type[Check], prefixes: Sequence[str]) -> bool:
     return any(cid.startswith(p.upper()) or check.name == p for p in prefixes)
 
 
+def _named(check: type[Check], names: Sequence[str]) -> bool:
+    return any(check.id.upper() == n.upper() or check.name == n for n in names)
+
+
+def check_state(check: type[Check]) -> CheckState:
+    """The state of a loaded check (`llmdoctor.check_table`; a third-party check is stable)."""
+    return state_of(f"{check.__module__}:{check.__qualname__}")
+
+
 def select(
     checks: Sequence[type[Check]], select: Sequence[str] = (), ignore: Sequence[str] = ()
 ) -> list[type[Check]]:
-    """Filter by id prefix (``LD2`` selects LD2xx) or exact name, as ruff does."""
-    chosen = [c for c in checks if not select or _matches(c, select)]
-    return [c for c in chosen if not _matches(c, ignore)]
+    """Filter by id prefix (``LD2`` selects LD2xx) or exact name, as ruff does.
+
+    A preview check (`llmdoctor.check_table`) is chosen only when `select` names it exactly (its
+    id or name): neither the default checklist nor a prefix brings it in. `ignore` drops any check.
+    """
+
+    def chosen(check: type[Check]) -> bool:
+        if check_state(check) is CheckState.PREVIEW:
+            return _named(check, select)
+        return not select or _matches(check, select)
+
+    return [c for c in checks if chosen(c) and not _matches(c, ignore)]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmdoctor.check_table import BUILTIN_CHECKS
 from llmdoctor.registry import load_registry
 from tests.checkcases import FIXTURES, assert_outcome, case_files, load_case, run_case
 
@@ -18,7 +19,10 @@ def _case_id(path: Path) -> str:
 
 
 def test_there_are_cases() -> None:
-    assert len(CASES) >= 10
+    """Every built-in check has its folder of cases (a firing one and a passing one at least), and no
+    folder names a check the table does not hold."""
+    assert {path.parent.name for path in CASES} == {row.id for row in BUILTIN_CHECKS}
+    assert len(CASES) >= 2 * len(BUILTIN_CHECKS) >= 98
 
 
 @pytest.mark.parametrize("path", CASES, ids=_case_id)

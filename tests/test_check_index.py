@@ -17,19 +17,40 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
-from llmdoctor.indexgen import COMMAND, INDEX_FILE, builtin_checks, render_index
+import llmdoctor.check_table as check_table
+from llmdoctor.check_table import BUILTIN_CHECKS, CheckState
+from llmdoctor.indexgen import (
+    COMMAND,
+    INDEX_FILE,
+    PYPROJECT,
+    builtin_checks,
+    render_entry_points,
+    render_index,
+    with_entry_points,
+)
 from llmdoctor.plugins import entry_points
-from llmdoctor.registry import ENTRY_POINT_GROUP, CheckInfo, available_checks, find_check, load_registry
+from llmdoctor.registry import (
+    ENTRY_POINT_GROUP,
+    CheckInfo,
+    available_checks,
+    builtin_entry_points,
+    check_state,
+    find_check,
+    load_registry,
+    select,
+)
 from tests.cliutil import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STALE = f"llmdoctor/check_index.py is stale: run `{COMMAND}` (after adding a check or changing its metadata)"
+STALE_PYPROJECT = f"pyproject.toml's entry points differ from llmdoctor/check_table.py: run `{COMMAND}`"
 
 
 def _imported_checks() -> list[CheckInfo]:
     """What importing every check of the installed entry points gives (the old way of listing)."""
-    value_of = {ep.load(): ep.value for ep in entry_points(ENTRY_POINT_GROUP)}
+    value_of = {ep.load(): ep.value for ep in [*builtin_entry_points(), *entry_points(ENTRY_POINT_GROUP)]}
     return [CheckInfo.of(c, value_of[c]) for c in load_registry().checks]
 
 
@@ -39,15 +60,85 @@ def test_the_index_file_is_generated_from_the_built_in_checks() -> None:
 
 def test_the_index_equals_what_importing_every_check_gives() -> None:
     listed = available_checks()
-    assert listed.errors == [] and len(listed.checks) >= 40
+    assert listed.errors == [] and len(listed.checks) == len(BUILTIN_CHECKS)
     assert listed.checks == _imported_checks(), STALE
+
+
+# --- the table is the source: the index and pyproject.toml follow it -----------------------------
+
+def test_the_index_holds_the_checks_of_the_table() -> None:
+    assert sorted(info.entry_point for info in builtin_checks()) == sorted(row.entry_point for row in BUILTIN_CHECKS)
+
+
+def test_pyproject_entry_points_are_generated_from_the_table() -> None:
+    text = PYPROJECT.read_text(encoding="utf-8")
+    assert with_entry_points(text, render_entry_points()) == text, STALE_PYPROJECT
+    table = tomllib.loads(text)["project"]["entry-points"][ENTRY_POINT_GROUP]
+    assert list(table.items()) == [(row.id, row.entry_point) for row in BUILTIN_CHECKS], STALE_PYPROJECT
+
+
+def test_the_installed_entry_points_are_the_tables() -> None:
+    """What this checkout's install advertises (read as a run reads it) is the table: not reinstalled
+    since a table change, `pip install -e .` would still list the old lines."""
+    installed = {ep.name: ep.value for ep in entry_points(ENTRY_POINT_GROUP)}
+    assert installed == {row.id: row.entry_point for row in BUILTIN_CHECKS}, "reinstall: pip install -e ."
+
+
+def test_the_table_has_one_line_per_id_and_per_class() -> None:
+    ids = [row.id for row in BUILTIN_CHECKS]
+    assert ids == sorted(set(ids))
+    assert len({row.entry_point for row in BUILTIN_CHECKS}) == len(ids)
+    assert all(row.module.startswith(row.id.lower() + "_") for row in BUILTIN_CHECKS)
+    assert {check_state(c) for c in load_registry().checks} == {CheckState.STABLE}  # as of 53a8be1
+
+
+def test_with_entry_points_replaces_only_the_block() -> None:
+    text = ('[project]\nname = "x"\n\n[project.entry-points."llmdoctor.checks"]\nLD001 = "old:Old"\n\n'
+            '[tool.x]\ny = 1\n')
+    out = with_entry_points(text, render_entry_points(BUILTIN_CHECKS[:1]))
+    assert out.startswith('[project]\nname = "x"\n\n[project.entry-points."llmdoctor.checks"]\n# Generated')
+    assert out.endswith(f'\nLD001 = "{BUILTIN_CHECKS[0].entry_point}"\n\n[tool.x]\ny = 1\n')
+    with pytest.raises(ValueError, match="no .* block"):
+        with_entry_points("[project]\n", render_entry_points())
+
+
+# --- preview checks run only when --select names them ------------------------------------------
+
+@pytest.fixture
+def ld411_in_preview(monkeypatch: pytest.MonkeyPatch) -> str:
+    """LD411 as if its table line said PREVIEW."""
+    row = next(r for r in BUILTIN_CHECKS if r.id == "LD411")
+    monkeypatch.setitem(check_table.STATES, row.entry_point, CheckState.PREVIEW)
+    return row.id
+
+
+def test_a_preview_check_runs_only_when_select_names_it(ld411_in_preview: str) -> None:
+    checks = load_registry().checks
+    ids = lambda chosen: [c.id for c in chosen]  # noqa: E731
+    assert ld411_in_preview not in ids(select(checks))
+    assert len(select(checks)) == len(checks) - 1
+    assert ld411_in_preview not in ids(select(checks, ["LD4"]))  # a prefix does not bring it in
+    assert "LD410" in ids(select(checks, ["LD4"]))
+    assert ids(select(checks, ["ld411"])) == ["LD411"]
+    assert ids(select(checks, ["in-front-of-server"])) == ["LD411"]
+    assert ids(select(checks, ["LD411"], ["LD41"])) == []  # --ignore still wins
+
+
+def test_checks_lists_a_preview_check_with_its_state(ld411_in_preview: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = run_cli(capsys, "checks")
+    line = next(line for line in text.out.splitlines() if line.startswith("LD411"))
+    assert line.endswith("  [preview]")
+    rows = json.loads(run_cli(capsys, "checks", "--json").out)
+    assert {r["id"]: r["state"] for r in rows}["LD411"] == "preview"
+    assert {r["state"] for r in rows if r["id"] != "LD411"} == {"stable"}
 
 
 def test_indexgen_check_mode_says_up_to_date() -> None:
     done = subprocess.run([sys.executable, "-m", "llmdoctor.indexgen", "--check"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "up to date" in done.stdout
+    assert done.stdout.splitlines() == ["pyproject.toml: up to date", "check_index.py: up to date"]
 
 
 def test_checks_lists_every_check_with_the_same_columns(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +149,8 @@ def test_checks_lists_every_check_with_the_same_columns(capsys: pytest.CaptureFi
     as_json = run_cli(capsys, "checks", "--json")
     assert json.loads(as_json.out) == [
         {"id": c.id, "name": c.name, "category": c.category.value, "title": c.title,
-         "requires": [p.name for p in c.requires], "optional": [p.name for p in c.optional]} for c in checks]
+         "requires": [p.name for p in c.requires], "optional": [p.name for p in c.optional],
+         "state": check_state(c).value} for c in checks]
 
 
 def test_find_check_imports_the_check_explained() -> None:
@@ -175,7 +267,7 @@ def test_a_third_party_plugin_is_listed_and_a_broken_one_reported(tmp_path: Path
     as_json, _ = _run(tmp_path, "checks", "--json", pythonpath=site)
     rows: list[dict[str, Any]] = json.loads(as_json.stdout)
     assert rows[-1] == {"id": "LD950", "name": "acme-quota", "category": "baseline", "title": "Acme quota headroom",
-                        "requires": [], "optional": []}
+                        "requires": [], "optional": [], "state": "stable"}
 
     explained, _ = _run(tmp_path, "explain", "ld950", pythonpath=site)
     assert explained.returncode == 0 and explained.stdout.startswith("LD950 acme-quota"), explained.stderr

@@ -25,7 +25,12 @@ __all__ = ["docs_as_text", "explain", "list_checks", "replay"]
 @click.command(name="checks")
 @click.option("--json", "as_json", is_flag=True, help="List as JSON.")
 def list_checks(as_json: bool) -> None:
-    """List the checklist: ids, names, categories and titles, in the order they run."""
+    """List the checklist: ids, names, categories and titles, in the order they run.
+
+    A check that is not stable says so after its title (``[preview]``: runs only when --select
+    names it; ``[deprecated]``); the JSON gives every check's ``state``.
+    """
+    from llmdoctor.check_table import CheckState
     from llmdoctor.registry import available_checks
 
     registry = available_checks()  # from the generated index: no check module is imported
@@ -33,12 +38,13 @@ def list_checks(as_json: bool) -> None:
         import json
 
         rows = [{"id": c.id, "name": c.name, "category": c.category, "title": c.title,
-                 "requires": list(c.requires), "optional": list(c.optional)}
+                 "requires": list(c.requires), "optional": list(c.optional), "state": c.state}
                 for c in registry.checks]
         click.echo(json.dumps(rows, indent=2))
         return
     for c in registry.checks:
-        click.echo(f"{c.id:<7}{c.category:<12}{c.name:<28}{c.title}")
+        state = "" if c.state == CheckState.STABLE else f"  [{c.state}]"
+        click.echo(f"{c.id:<7}{c.category:<12}{c.name:<28}{c.title}{state}")
     if registry.errors:
         from llmdoctor.redact import redact_output
 
