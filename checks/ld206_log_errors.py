@@ -13,7 +13,8 @@ from llmdoctor.probes.catalog import LOGS
 
 _WHAT = {
     GPU_OOM: "GPU out of memory",
-    HOST_OOM: "the server process was killed for lack of host memory (OOM kill / exit 137)",
+    HOST_OOM: ("processes killed or refused for lack of host memory (an OOM kill by the kernel, systemd or Ray, "
+               "exit 137, or Ollama refusing a model larger than the free RAM)"),
     GPU_ERROR: "CUDA / NCCL / XID errors",
 }
 _FIXES = {
@@ -56,7 +57,12 @@ class LogErrors(Check):
     Reads the logs given with `--log FILE` (repeatable, `-` for stdin) or `--journal UNIT`
     and reports each class of error it finds: GPU out-of-memory (`CUDA out of memory`,
     `torch.OutOfMemoryError`, llama.cpp `cudaMalloc failed: out of memory` / `failed to
-    allocate ... buffer`), the kernel's OOM killer or exit code 137, and CUDA / NCCL / XID
+    allocate ... buffer`; vLLM's "No available memory for the cache blocks", SGLang's "Not enough
+    memory. Please try to increase --mem-fraction-static", TGI's "Not enough memory to handle N
+    prefill tokens"), host memory running out (the kernel's OOM killer, systemd's "killed by the OOM
+    killer" / `Failed with result 'oom-kill'`, Ray's "Task was killed due to the node running low
+    on memory", exit code 137, Ollama's "model requires more system memory ... than is available"),
+    and CUDA / NCCL / XID
     errors (`CUDA error:`, `NCCL error`, `NVRM: Xid`, illegal memory access). A traceback
     counts once. Critical when the error repeats or is in the last part of the log.
 

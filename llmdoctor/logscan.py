@@ -1,38 +1,64 @@
-"""Streaming scanner for inference-server logs: OOMs, CUDA errors, preemption, context overflow, load times.
+"""Streaming scanner for inference-server logs: OOMs, CUDA errors, KV pressure, context overflow, load times.
 
-Pure code, no probe machinery: `LogScanner` reads binary streams in large blocks and keeps
-constant memory whatever the size of the log. It is built for speed on large files:
+`LogScanner` reads binary streams in large blocks and keeps constant memory whatever the size of the
+log. It is built for speed on large files:
 
-1. a *gate*: a handful of literal anchors (``bytes.find`` runs at memory speed in C) picks
+1. a *gate*: a handful of literal anchors (``memmem`` / ``bytes.find`` run at memory speed in C) picks
    the few candidate lines of a block; everything else is never decoded;
-2. only candidate lines are decoded (invalid UTF-8 replaced), stripped of ANSI colour codes,
-   of docker / docker-compose / journald / syslog / vLLM / Ray prefixes, unwrapped from
-   JSON-per-line records, and classified by per-class regular expressions;
-3. a Python traceback is one event: from its header the scanner reads the block line by line
+2. only candidate lines are decoded (invalid UTF-8 replaced), cleaned (`llmdoctor.logclean`: ANSI
+   codes, docker / journald / syslog / vLLM / Ray prefixes, JSON-per-line records) and classified by
+   per-class regular expressions (`llmdoctor.logrules`);
+3. engine stats lines (vLLM's periodic stats, SGLang's scheduler lines) that pass the gate are read
+   for preemptions and for a saturated KV cache with requests waiting (`llmdoctor.logstats`);
+4. a Python traceback is one event: from its header the scanner reads the block line by line
    and classifies it by its exception line (the last line of the block).
 
-The formats recognised are those of vLLM, TGI, llama.cpp server, Ollama and SGLang (see
-``fixtures/logs/SOURCES.md`` for the real excerpts each rule was written against).
-Harmless warnings (vLLM's tokenizer "Special tokens have been added", ``FutureWarning`` and
-other deprecation notices, usage-stats notices) are never reported. Hugging Face's
-"Token indices sequence length is longer than the specified maximum ..." is *not* harmless:
-it means a prompt longer than the tokenizer's maximum was tokenized, so it counts as
-context overflow.
+What is recognised, per backend and class, is the labelled corpus of real lines in
+``fixtures/logs/corpus`` (``tests/test_log_corpus.py`` is the gate: a speed change that loses one line
+fails it). Harmless warnings (vLLM's tokenizer "Special tokens have been added", ``FutureWarning`` and
+other deprecation notices, usage-stats notices) are never reported. Hugging Face's "Token indices
+sequence length is longer than the specified maximum ..." is *not* harmless: it means a prompt longer
+than the tokenizer's maximum was tokenized, so it counts as context overflow.
+
+The names below the scanner (classes, `LogScan`, `clean_line`, ...) are re-exported from the modules
+that hold them, so ``from llmdoctor.logscan import ...`` keeps working for the checks.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import re
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import IO
 
-from llmdoctor.logstats import READY, START_MARKER, EngineStats, parse_stats_line, stamp_seconds
+from llmdoctor.logclean import MASK, clean_line, mask_secrets
+from llmdoctor.logresult import LoadDuration, LogFile, LogHit, LogScan
+from llmdoctor.logrules import (
+    BURST_CLASSES,
+    BURST_LINES,
+    CLASSES,
+    CONTEXT_OVERFLOW,
+    DURATIONS,
+    GATE_ANCHORS,
+    GPU_ERROR,
+    GPU_OOM,
+    HOST_OOM,
+    KV_PREEMPTION,
+    LLAMACPP_ELAPSED,
+    MODEL_LOAD,
+    classify_line,
+    guess_backend,
+)
+from llmdoctor.logstats import (
+    READY,
+    START_MARKER,
+    EngineStats,
+    parse_stats_line,
+    saturated,
+    sglang_saturation,
+    stamp_seconds,
+)
 from llmdoctor.patterns import LazyPattern
-from llmdoctor.redact import MASK
 
 __all__ = [
     "CLASSES",
@@ -55,58 +81,13 @@ __all__ = [
     "scan_lines",
 ]
 
-GPU_OOM = "gpu_oom"
-HOST_OOM = "host_oom"
-GPU_ERROR = "gpu_error"
-KV_PREEMPTION = "kv_preemption"
-CONTEXT_OVERFLOW = "context_overflow"
-MODEL_LOAD = "model_load"
-CLASSES = (GPU_OOM, HOST_OOM, GPU_ERROR, KV_PREEMPTION, CONTEXT_OVERFLOW, MODEL_LOAD)
-
-# Error classes whose hits on nearby lines describe one failure (llama.cpp prints three lines
-# per failed allocation, the kernel four per OOM kill): hits of the same class at most this
-# many lines after the previous one are folded into that event.
-BURST_CLASSES = frozenset({GPU_OOM, HOST_OOM, GPU_ERROR})
-BURST_LINES = 5
-
 MAX_HITS_KEPT = 20  # per class: the first 10 and the last 10
 MAX_LINE_CHARS = 300  # evidence lines are cut to this
 MAX_SCAN_LINE = 64 * 1024  # longer lines are classified on their first 64 KiB
 BLOCK = 4 * 1024 * 1024
 MAX_TRACEBACK_LINES = 400
-
-# --- the gate --------------------------------------------------------------------------
-# Literal anchors: a line is looked at only if it contains one of them. Each class rule
-# below can only match a line that contains an anchor (tests check this).
-GATE_ANCHORS: tuple[bytes, ...] = (
-    b"emory",  # out of memory, OutOfMemoryError, cudaErrorMemoryAllocation, illegal memory access
-    b"to allocate",  # llama.cpp: failed / unable to allocate CUDA0 buffer
-    b"Killed",  # Killed process, OOMKilled, a shell's "Killed"
-    b"oom-kill",  # systemd: Failed with result 'oom-kill'; kernel oom-kill:constraint=
-    b"code 137",  # exited with code 137, exit code 137
-    b"CUDA error",
-    b"NCCL error",
-    b"NVRM: Xid",  # kernel: NVRM: Xid (PCI:0000:44:00): 79, ...
-    b"fallen off the bus",
-    b"reempt",  # vLLM: preempted by PreemptionMode / Preempted request
-    b"Retract",  # SGLang: KV cache pool is full. Retract requests.
-    b"context",  # maximum context length, context size, context window
-    b"is too long",  # vLLM V0: Input prompt (N tokens) is too long; llama.cpp: prompt is too long
-    b"runcat",  # Ollama: truncating input prompt; llama.cpp: input truncated
-    b"Token indices",  # transformers: Token indices sequence length is longer than ...
-    b"`inputs`",  # TGI: Input validation error: `inputs` tokens + `max_new_tokens` must be <=
-    b"took",  # vLLM: Loading weights took / Model loading took / init engine ... took
-    b"ready in",  # TGI: Shard ready in 218.6s
-    b"arming up",  # TGI: Warming up model; llama.cpp: warming up the model
-    b"started in",  # Ollama: llama runner started in 0.25 seconds
-    b"model loaded",  # llama.cpp: main: model loaded
-    b"load_duration",  # Ollama API / JSON logs: load_duration (ns)
-    b'" 400',  # uvicorn access line of a rejected request: "POST /v1/chat/completions HTTP/1.1" 400
-    b"non-default args",  # vLLM: first line of a start (0.32: api_utils.py)
-    b"vLLM ",  # vLLM: Starting vLLM [API ]server [N] on http://... (ready); older: vLLM API server version X
-    b"Traceback (most recent call last)",
-)
 _TRACEBACK = b"Traceback (most recent call last)"
+_SATURATED = "kv-saturated"  # kind of a stats line with the KV cache full and requests waiting
 
 
 @functools.cache
@@ -132,327 +113,14 @@ def _memmem() -> Callable[..., int | None] | None:
     return memmem if hit is not None and hit - base == 3 else None
 
 
-# --- line cleaning -----------------------------------------------------------------------
-_ANSI = LazyPattern(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
-_PREFIXES = LazyPattern(
-    r"""(?:
-        \[?[\w.-]+\]?\s+\|\s?                                          # docker-compose: svc-1  | , [svc] |
-      | \d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+  # ISO / docker --timestamps
-      | [A-Z][a-z]{2}\s+\d{1,2}\s\d\d:\d\d:\d\d\s\S+\s[^\s:\[]+(?:\[\d+\])?:\s  # syslog / journald short
-      | \[\s*\d+\.\d+\]\s                                              # kernel uptime [  518.050606]
-      | \([\w.-]+\s+pid=\d+(?:,\s*ip=[\d.]+)?\)\s?                      # vLLM / Ray: (EngineCore pid=1)
-      | \[rank\d+\]:\s?                                               # torch.distributed: [rank0]:
-      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s[\d:.]+\s(?:\[[^\]]+\]|[\w.]+:\d+\])\s?
-                                                                      # vLLM: INFO 06-02 00:51:39 [x.py:1]
-    )""",
-    re.VERBOSE,
-)
-_TIMESTAMP = LazyPattern(
-    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"  # ISO
-    r"|\d{4}/\d\d/\d\d - \d\d:\d\d:\d\d"  # Ollama GIN
-    r"|[A-Z][a-z]{2}\s+\d{1,2}\s\d\d:\d\d:\d\d"  # syslog
-    r"|(?<![\d-])\d\d-\d\d \d\d:\d\d:\d\d"  # vLLM (no year)
-)
-_LLAMACPP_ELAPSED = LazyPattern(r"^(\d+)\.(\d\d)\.(\d\d\d)\.\d\d\d [IWED] ")
-
-# --- secrets -----------------------------------------------------------------------------
-# Same mask as everything else llmdoctor prints; log lines carry secrets nobody told us about,
-# so they are found by shape (the probe client's `Redactor` masks the known ones).
-_SECRETS = (
-    (LazyPattern(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"), rf"\1 {MASK}"),
-    (LazyPattern(r"(?i)\b(authorization|x-api-key|api-key|cookie)(\"?\s*[:=]\s*\"?)[^\s\",;}]+"), rf"\1\2{MASK}"),
-    (
-        LazyPattern(r"(?i)\b(api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd)"
-                   r"(\"?\s*[:=]\s*['\"]?)[^\s'\",;&}]+"),
-        rf"\1\2{MASK}",
-    ),
-    (LazyPattern(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{8,}"), rf"\1-{MASK}"),
-    (LazyPattern(r"\bhf_[A-Za-z0-9]{16,}"), f"hf_{MASK}"),
-)
-
-
-def mask_secrets(text: str) -> str:
-    """Mask bearer tokens, ``sk-...`` keys, ``api_key=...`` and ``Authorization:`` values."""
-    for pattern, repl in _SECRETS:
-        text = pattern.sub(repl, text)
-    return text
-
-
-# --- classification ----------------------------------------------------------------------
-# Lines never reported, whatever they contain: harmless warnings, and lines that echo user
-# text (vLLM's request log prints the prompt, which may say anything).
-_HARMLESS = LazyPattern(
-    r"Special tokens have been added in the vocabulary"
-    r"|FutureWarning|DeprecationWarning|is deprecated"
-    r"|[Uu]sage stats"
-    r"|Received request \S+: prompt"
-    r"|has been resumed"
-    r"|^\s*(?:CUDA kernel errors might be asynchronously reported|For debugging consider passing"
-    r"|Compile with `TORCH_USE_CUDA_DSA`|Search for `cuda)"
-)
-
-_RULES: tuple[tuple[str, str, LazyPattern], ...] = (
-    # (class, kind, pattern) — first match wins; host OOM before GPU OOM ("Out of memory: Killed").
-    (HOST_OOM, "oom-kill", LazyPattern(
-        r"Killed process \d+|invoked oom-killer|\boom-kill\b|oom_kill_process|Memory cgroup out of memory"
-        r"|OOMKilled|code=killed, status=9/KILL")),
-    (HOST_OOM, "exit-137", LazyPattern(r"(?i)exit(?:ed)?(?: with)?(?: exit)? (?:code|status)[: =]*137\b")),
-    (HOST_OOM, "killed", LazyPattern(r"^Killed\s*$|\b\d+\s+Killed\s+\S")),
-    (GPU_OOM, "cuda-oom", LazyPattern(
-        r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation|CUDA error: out of memory"
-        r"|cudaMalloc failed: out of memory|out of device memory|ErrorOutOfDeviceMemory"
-        r"|ggml_\w*cuda\w*.*out of memory")),
-    (GPU_OOM, "alloc-failed", LazyPattern(
-        r"(?:failed|unable) to allocate (?:\w+ )?(?:CUDA\d*|ROCm\d*|Metal|Vulkan\d*|SYCL\d*|GPU|backend|compute)"
-        r"\w* buffer")),
-    (GPU_ERROR, "xid", LazyPattern(r"NVRM: Xid|\bXid \(PCI|fallen off the bus")),
-    (GPU_ERROR, "nccl", LazyPattern(r"NCCL error")),
-    (GPU_ERROR, "cuda", LazyPattern(
-        r"CUDA error\b|illegal memory access was encountered|device-side assert triggered")),
-    (KV_PREEMPTION, "preempted", LazyPattern(
-        r"is preempted by PreemptionMode\.\w+|Preempted request|preempted (?:\d+ )?(?:requests?|seq)")),
-    (KV_PREEMPTION, "retracted", LazyPattern(r"KV cache pool is full\. Retract requests|Retract requests")),
-    (CONTEXT_OVERFLOW, "truncated", LazyPattern(
-        r"truncating input prompt|input truncated|prompt truncated|truncated prompt")),
-    (CONTEXT_OVERFLOW, "rejected", LazyPattern(
-        r"maximum context length is \d+|is too long and exceeds (?:the )?limit"
-        r"|exceeds the available context size|exceed_context_size_error|prompt is too long"
-        r"|Token indices sequence length is longer than the specified maximum"
-        r"|`inputs` tokens \+ `max_new_tokens` must be <=|`inputs` must have less than \d+ tokens"
-        r"|is longer than the model's context length|exceed(?:s)? context window")),
-    # vLLM 0.32 logs a prompt over --max-model-len only as uvicorn's access line (its error goes to the
-    # client alone: fixtures/vllm/requests.log); other invalid requests look the same, so LD209 says so.
-    (CONTEXT_OVERFLOW, "http-400", LazyPattern(
-        r'"POST /v1/(?:chat/completions|completions|responses)\S* HTTP/[\d.]+" 400\b')),
-    (MODEL_LOAD, "load", LazyPattern(
-        r"Loading weights took|Model loading took|init engine \(.*\) took|Shard ready in"
-        r"|Warming up model|llama runner started in|main: model loaded|\bload_duration\b")),
-)
-
-_DURATIONS: tuple[tuple[str, str, LazyPattern, float], ...] = (
-    # (backend, stage, pattern with the number as group 1, factor to seconds)
-    ("vllm", "weights", LazyPattern(r"Loading weights took (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("vllm", "model_load", LazyPattern(r"Model loading took [\d.]+ ?GiB(?: memory)? and (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("vllm", "engine_init", LazyPattern(r"init engine \(.*\) took (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("tgi", "shard_ready", LazyPattern(r"Shard ready in (\d+(?:\.\d+)?)s"), 1.0),
-    ("ollama", "runner_start", LazyPattern(r"llama runner started in (\d+(?:\.\d+)?) ?s"), 1.0),
-    ("ollama", "load_duration", LazyPattern(r"\"?load_duration\"?\s*[:=]\s*(\d+)\b"), 1e-9),
-)
-
-_BACKENDS = (
-    ("vllm", LazyPattern(
-        r"vllm|PreemptionMode|EngineCore|\[(?:loggers|scheduler|core|gpu_model_runner)\.py"
-        r"|^(?:\([\w.-]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d")),
-    ("sglang", LazyPattern(r"sglang|\bTP\d+\]|Retract requests|Decode batch\.?,? #running-req")),
-    ("tgi", LazyPattern(r"text_generation|shard-manager|Input validation error")),
-    ("ollama", LazyPattern(r"ollama|level=\w+ source=\S+\.go:\d+|\[GIN\]|llama runner")),
-    ("llama.cpp", LazyPattern(r"llama|ggml|\bsrv\s|\bslot\s|n_ctx")),
-)
-
-
-def clean_line(raw: str) -> tuple[str, str | None]:
-    """Return ``(message, timestamp)``: ANSI codes, known prefixes and JSON wrapping removed.
-
-    The message keeps its leading indentation after the prefixes (traceback frames rely on it).
-    """
-    text = raw.rstrip("\r\n")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    stamp_match = _TIMESTAMP.search(text, 0, 120)
-    stamp = stamp_match.group(0) if stamp_match else None
-    stripped = text.strip()
-    if stripped.startswith("{") and stripped.endswith("}"):
-        message, json_stamp = _from_json(stripped)
-        if message is not None:
-            text = message.rstrip("\r\n")
-            stamp = json_stamp or stamp
-    for _ in range(6):
-        m = _PREFIXES.match(text)
-        if not m or m.end() == 0:
-            break
-        text = text[m.end():]
-    return text, stamp
-
-
-def _from_json(text: str) -> tuple[str | None, str | None]:
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None, None
-    if not isinstance(obj, dict):
-        return None, None
-    found = obj.get("fields")
-    fields = found if isinstance(found, dict) else {}
-    for key in ("message", "msg", "log", "MESSAGE"):
-        value = obj.get(key, fields.get(key))
-        if isinstance(value, str):
-            stamp = obj.get("timestamp") or obj.get("time") or obj.get("ts")
-            extra = "".join(
-                f" {k}={v}" for k, v in obj.items() if k == "load_duration" and isinstance(v, (int, float))
-            )
-            return value + extra, str(stamp) if stamp is not None else None
-    return None, None
-
-
-def classify_line(message: str) -> tuple[str, str] | None:
-    """The ``(class, kind)`` of one cleaned log message, or None (also for harmless warnings)."""
-    if _HARMLESS.search(message):
-        return None
-    for cls, kind, pattern in _RULES:
-        if pattern.search(message):
-            return cls, kind
-    return None
-
-
-def _guess_backend(text: str) -> str | None:
-    for name, pattern in _BACKENDS:
-        if pattern.search(text):
-            return name
-    return None
-
-
-# --- results -----------------------------------------------------------------------------
-@dataclass
-class LogHit:
-    """One event found in a log: where it is and what it says (cut and with secrets masked)."""
-
-    cls: str
-    kind: str
-    file: str
-    line: int
-    text: str
-    timestamp: str | None = None
-    backend: str | None = None
-
-    @property
-    def where(self) -> str:
-        """``file:line`` of the hit."""
-        return f"{self.file}:{self.line}"
-
-
-@dataclass
-class LoadDuration:
-    """A model load or warm-up duration reported by the server (cold start evidence)."""
-
-    backend: str
-    stage: str
-    seconds: float
-    file: str
-    line: int
-    timestamp: str | None = None
-    started: str | None = None  # stage "startup": the timestamp of the start's first line
-
-
-@dataclass
-class LogFile:
-    """One log source that was read."""
-
-    name: str
-    lines: int = 0
-    bytes: int = 0
-    error: str | None = None
-
-
-@dataclass
-class LogScan:
-    """What the log scanner found: counts per class, bounded samples of hits, load durations."""
-
-    files: list[LogFile] = field(default_factory=list)
-    lines_read: int = 0
-    bytes_read: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-    hits: dict[str, list[LogHit]] = field(default_factory=dict)
-    load_durations: list[LoadDuration] = field(default_factory=list)
-    backends: dict[str, int] = field(default_factory=dict)
-    since: str | None = None
-    skipped_before_since: int = 0
-    engine_stats: EngineStats = field(default_factory=EngineStats)
-
-    @property
-    def files_read(self) -> int:
-        """Number of log sources read without error."""
-        return sum(1 for f in self.files if f.error is None)
-
-    def count(self, cls: str) -> int:
-        """Events of one class (0 when none)."""
-        return self.counts.get(cls, 0)
-
-    def first(self, cls: str) -> LogHit | None:
-        """The first kept hit of a class."""
-        hits = self.hits.get(cls) or []
-        return hits[0] if hits else None
-
-    def last(self, cls: str) -> LogHit | None:
-        """The last kept hit of a class."""
-        hits = self.hits.get(cls) or []
-        return hits[-1] if hits else None
-
-    def file_lines(self, name: str) -> int:
-        """Lines read from the named source (0 if unknown)."""
-        return next((f.lines for f in self.files if f.name == name), 0)
-
-    def near_end(self, hit: LogHit, tail: int = 1000) -> bool:
-        """True when `hit` is in the last `tail` lines (or last tenth) of its file: a recent event."""
-        total = self.file_lines(hit.file)
-        return total > 0 and total - hit.line < max(tail, total // 10)
-
-    def cold_start(self) -> tuple[float, str, LoadDuration] | None:
-        """The longest start-up the logs report: ``(seconds, how it was added up, last entry)``.
-
-        vLLM: from the first line of its last start to "Starting vLLM server on" (by the log's
-        timestamps; the imports before the first line are not in it), else model loading (else
-        weight loading) plus engine init (profiling, KV cache, warm-up), each the last reported;
-        TGI: the slowest shard; Ollama: runner start or ``load_duration``; llama.cpp: elapsed time
-        at ``main: model loaded``.
-        """
-        best: tuple[float, str, LoadDuration] | None = None
-        by_stage: dict[tuple[str, str], LoadDuration] = {}
-        for d in self.load_durations:
-            key = (d.backend, d.stage)
-            if d.stage == "shard_ready" and key in by_stage and by_stage[key].seconds >= d.seconds:
-                continue
-            by_stage[key] = d
-        candidates: list[tuple[float, str, LoadDuration]] = []
-        load = by_stage.get(("vllm", "model_load")) or by_stage.get(("vllm", "weights"))
-        init = by_stage.get(("vllm", "engine_init"))
-        parts = [d for d in (load, init) if d is not None]
-        stages = " + ".join(f"{d.stage.replace('_', ' ')} {d.seconds:.1f} s" for d in parts)
-        span = by_stage.get(("vllm", "startup"))
-        if span is not None:
-            basis = f"log {span.started} → ready {span.timestamp}: {span.seconds:.0f} s"
-            candidates.append((span.seconds, basis + (f", of which {stages}" if stages else ""), span))
-        elif parts:
-            candidates.append((sum(d.seconds for d in parts), stages, parts[-1]))
-        for (backend, stage), d in by_stage.items():
-            if backend != "vllm":
-                candidates.append((d.seconds, f"{backend} {stage.replace('_', ' ')} {d.seconds:.1f} s", d))
-        for c in candidates:
-            if best is None or c[0] > best[0]:
-                best = c
-        return best
-
-    def starts(self) -> int:
-        """How many server starts (model loads) the logs show."""
-        primary = {"model_load", "weights", "shard_ready", "runner_start", "load_duration", "model_loaded"}
-        seen: set[tuple[str, str]] = set()
-        count = 0
-        for d in self.load_durations:
-            if d.stage not in primary or (d.backend == "vllm" and d.stage == "weights" and any(
-                x.stage == "model_load" for x in self.load_durations)):
-                continue
-            key = (d.file, (d.timestamp or "")[:16]) if d.stage == "shard_ready" else (d.file, str(d.line))
-            if key not in seen:
-                seen.add(key)
-                count += 1
-        return count
-
-
+# --- the scanner -------------------------------------------------------------------------
 # --- the scanner -------------------------------------------------------------------------
 class _ClassHits:
     """Bounded hit store of one class: the first half and the last half of `MAX_HITS_KEPT`."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.kinds: dict[str, int] = {}
         self.first: list[LogHit] = []
         self.last: deque[LogHit] = deque(maxlen=MAX_HITS_KEPT // 2)
         self.last_file = ""
@@ -460,6 +128,7 @@ class _ClassHits:
 
     def add(self, hit: LogHit) -> None:
         self.count += 1
+        self.kinds[hit.kind] = self.kinds.get(hit.kind, 0) + 1
         if len(self.first) < MAX_HITS_KEPT // 2:
             self.first.append(hit)
         else:
@@ -467,6 +136,7 @@ class _ClassHits:
 
     def hits(self) -> list[LogHit]:
         return self.first + list(self.last)
+
 
 
 class LogScanner:
@@ -486,6 +156,7 @@ class LogScanner:
         self._skipped = 0
         self._engine_stats = EngineStats()
         self._start_marks: dict[str, tuple[str, int]] = {}  # file -> (stamp, line) of a start's first line
+        self._counted: tuple[int, int] | None = None  # after `_scan_body`: (offset, lines before it) it counted
 
     # -- public ---------------------------------------------------------------------------
     def scan_stream(self, stream: IO[bytes], name: str) -> LogFile:
@@ -527,7 +198,9 @@ class LogScanner:
                     continue
                 in_giant = False
                 pending_tb = self._scan_body(buf, line_base, name, pending_tb, cut)
-                line_base += buf.count(b"\n", 0, cut)
+                # the lines before the last candidate were counted on the way: count only the rest
+                counted = self._counted
+                line_base += counted[1] + buf.count(b"\n", counted[0], cut) if counted else buf.count(b"\n", 0, cut)
                 filled = size - cut
                 buf[:filled] = view[cut:size]
             if filled:
@@ -557,6 +230,7 @@ class LogScanner:
             lines_read=sum(f.lines for f in self._files),
             bytes_read=sum(f.bytes for f in self._files),
             counts={c: h.count for c, h in self._classes.items() if h.count},
+            kind_counts={f"{c}:{k}": n for c, h in self._classes.items() for k, n in sorted(h.kinds.items())},
             hits={c: h.hits() for c, h in self._classes.items() if h.count},
             load_durations=list(self._loads),
             backends=dict(self._backends),
@@ -581,6 +255,7 @@ class LogScanner:
         if pending_tb is not None:
             start, lineno, pending_tb = self._continue_traceback(body, 0, line_base, name, pending_tb, end)
             if pending_tb is not None:
+                self._counted = None
                 return pending_tb
         starts = self._gate(body, start, end)
         pos = start
@@ -597,9 +272,11 @@ class LogScanner:
                 tb = [(lineno, text, stamp, raw.decode("utf-8", "replace"))]
                 pos, lineno, pending_tb = self._continue_traceback(body, pos, lineno, name, tb, end)
                 if pending_tb is not None:
+                    self._counted = None
                     return pending_tb
                 continue
             self._line(raw.decode("utf-8", "replace"), lineno, name)
+        self._counted = (pos, lineno - line_base)
         return None
 
     @staticmethod
@@ -633,30 +310,57 @@ class LogScanner:
         return sorted(found)
 
     def _line(self, raw: str, lineno: int, name: str) -> None:
+        if self._stats_line(raw, lineno, name):
+            return
         text, stamp = clean_line(raw)
-        if self._engine_line(text, stamp, lineno, name):
+        if self._start_line(text, stamp, lineno, name):
             return
         found = classify_line(text)
         if found is None:
             return
         self._record(found[0], found[1], text, raw, lineno, name, stamp)
 
-    def _engine_line(self, text: str, stamp: str | None, lineno: int, name: str) -> bool:
-        """vLLM's stats lines and start-up markers (llmdoctor/logstats.py); True when `text` was one."""
-        # Stats lines come through the gate only when they report preemptions ("reempt"): the others are
-        # one line in eight of a busy vLLM log, and /metrics has their gauges (llmdoctor/logstats.py).
-        stats = parse_stats_line(text) if "Preemptions: " in text else None
-        start = stats is None and START_MARKER.search(text) is not None
-        ready = READY.search(text) if stats is None and not start and "Starting vLLM" in text else None
-        if stats is None and not start and ready is None:
+    def _stats_line(self, raw: str, lineno: int, name: str) -> bool:
+        """Engine stats lines (llmdoctor/logstats.py); True when `raw` was one.
+
+        Stats lines reach here only when the gate let them through: when they report preemptions
+        ("reempt") or a cache 90 % full or more ("cache usage: 9", "token usage: 0.9", ...); the others,
+        one line in eight of a busy log, are never decoded (``/metrics`` has their gauges). They are
+        read before the line is cleaned, which only the ones that report something need.
+        """
+        if "Avg prompt throughput" in raw:
+            stats = parse_stats_line(raw)
+            if stats is None:
+                return False
+            full = saturated(stats)
+            if not stats["preemptions"] and not full:
+                return True
+            text, stamp = clean_line(raw)
+            if stamp and self._since_filter is not None and not self._since_filter(stamp):  # type: ignore[operator]
+                return True
+            self._engine_stats.add(stats, f"{name}:{lineno}", self._shown(text), stamp)
+            if full:
+                self._record(KV_PREEMPTION, _SATURATED, text, raw, lineno, name, stamp)
+            else:
+                self._count_backend("vllm")
+            return True
+        if "#queue-req" in raw:
+            if sglang_saturation(raw) is not None:
+                text, stamp = clean_line(raw)
+                self._record(KV_PREEMPTION, _SATURATED, text, raw, lineno, name, stamp)
+            return True
+        return False
+
+    def _start_line(self, text: str, stamp: str | None, lineno: int, name: str) -> bool:
+        """vLLM's start-up markers (llmdoctor/logstats.py); True when `text` was one."""
+        start = START_MARKER.search(text) is not None
+        ready = READY.search(text) if not start and "Starting vLLM" in text else None
+        if not start and ready is None:
             return False
         if stamp and self._since_filter is not None and not self._since_filter(stamp):  # type: ignore[operator]
             return True
-        self._backends["vllm"] = self._backends.get("vllm", 0) + 1
-        shown = mask_secrets(text.strip())[:MAX_LINE_CHARS]
-        if stats is not None:
-            self._engine_stats.add(stats, f"{name}:{lineno}", shown, stamp)
-        elif start:
+        self._count_backend("vllm")
+        if start:
             self._start_marks.setdefault(name, (stamp or "", lineno))
         else:
             mark = self._start_marks.pop(name, None)
@@ -665,35 +369,40 @@ class LogScanner:
                 self._loads.append(LoadDuration("vllm", "startup", ended - began, name, lineno, stamp, mark[0]))
         return True
 
+    def _count_backend(self, backend: str) -> None:
+        self._backends[backend] = self._backends.get(backend, 0) + 1
+
+    @staticmethod
+    def _shown(text: str) -> str:
+        shown = mask_secrets(text.strip())
+        return shown if len(shown) <= MAX_LINE_CHARS else shown[: MAX_LINE_CHARS - 1] + "…"
+
     def _record(self, cls: str, kind: str, text: str, raw: str, lineno: int, name: str, stamp: str | None) -> None:
         if stamp and self._since_filter is not None and not self._since_filter(stamp):  # type: ignore[operator]
             self._skipped += 1
             return
-        backend = _guess_backend(raw)
+        backend = guess_backend(raw)
         if backend:
-            self._backends[backend] = self._backends.get(backend, 0) + 1
+            self._count_backend(backend)
         store = self._classes[cls]
         if cls in BURST_CLASSES and store.last_file == name and 0 <= lineno - store.last_line <= BURST_LINES:
             store.last_line = lineno  # same failure, reported over several lines
             return
         store.last_file, store.last_line = name, lineno
-        shown = mask_secrets(text.strip())
-        if len(shown) > MAX_LINE_CHARS:
-            shown = shown[: MAX_LINE_CHARS - 1] + "…"
-        store.add(LogHit(cls, kind, name, lineno, shown, stamp, backend))
+        store.add(LogHit(cls, kind, name, lineno, self._shown(text), stamp, backend))
         if cls == MODEL_LOAD:
             self._durations(text, raw, lineno, name, stamp, backend)
 
     def _durations(
         self, text: str, raw: str, lineno: int, name: str, stamp: str | None, backend: str | None
     ) -> None:
-        for be, stage, pattern, factor in _DURATIONS:
+        for be, stage, pattern, factor in DURATIONS:
             m = pattern.search(text)
             if m:
                 self._loads.append(LoadDuration(be, stage, float(m.group(1)) * factor, name, lineno, stamp))
                 return
         if "main: model loaded" in text:
-            m = _LLAMACPP_ELAPSED.match(raw.lstrip())
+            m = LLAMACPP_ELAPSED.match(raw.lstrip())
             if m:
                 seconds = int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1000
                 self._loads.append(LoadDuration("llama.cpp", "model_loaded", seconds, name, lineno, stamp))

