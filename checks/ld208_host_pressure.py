@@ -1,4 +1,4 @@
-"""LD208: the CPU, RAM or swap of this machine (the client's, and the server's when it runs here) is under pressure."""
+"""LD208: the CPU, RAM or swap of this machine is under pressure: a warning when it serves the endpoint, else info."""
 
 from __future__ import annotations
 
@@ -34,18 +34,33 @@ def _server_name(h: HostResult) -> str:
 
 
 def _whose(h: HostResult) -> tuple[str, str, bool]:
-    """Title prefix, whose machine this is (in words), and whether it is the server's."""
+    """Title prefix, whose machine this is (in words), and whether the endpoint is served from it.
+
+    Served from here: the server's process is known (``--pid``, or the local port's listener or a
+    name match), or the endpoint's address is this machine's and something listens on its port. Not:
+    a remote endpoint, a local address where nothing listens, or llmdoctor's own embedded simulator
+    (an instrument, not your server).
+    """
     if h.server_process is not None:
         return ("Server host pressure",
                 f"the server's host: it runs the server process {h.server_process.pid} ({_server_name(h)}) "
                 "and llmdoctor", True)
     if h.served_by_self:
-        return ("Host pressure", "llmdoctor runs here and serves the endpoint itself, from its embedded simulator",
-                True)
+        return ("Host pressure", "llmdoctor runs here and serves the endpoint itself, from its embedded simulator "
+                "(a demo, not your server)", False)
+    if h.target_is_local and h.listening is False:
+        return ("Client host pressure", "the client's: the endpoint's address is this machine's, but nothing listens "
+                "on its port, so no server runs here to be slowed", False)
     if h.target_is_local:
         return ("Host pressure", "the endpoint is local, but its server process was not found", True)
     return ("Client host pressure",
             "the client's: llmdoctor runs here, the endpoint on another host - not the server's load", False)
+
+
+#: What a client-only finding says instead of changing the verdict.
+NOT_THE_VERDICT = (" It does not change the verdict: the endpoint is not served from this machine. It lowers "
+                   "the confidence of this run's timing conclusions (floor, fit, queueing), whose differences are "
+                   "compared with the scheduling lag measured here.")
 
 
 class HostPressure(Check):
@@ -57,7 +72,13 @@ class HostPressure(Check):
     CPU busy sampled over half a second (fires at 90%), the processes that
     used it (llmdoctor's own process named as such), available RAM (fires
     below 10%) and swap in use (fires above 10% of swap). The finding says
-    whose machine it is.
+    whose machine it is. It is a warning (and moves the exit code) only when
+    the endpoint is served from this machine: ``--pid``, or a loopback or
+    local address that something listens on. Otherwise - a remote endpoint, a
+    local port where nothing listens, llmdoctor's own demo simulator - it is
+    info: the client's load inflates the client's timings, so it lowers the
+    confidence of the timing conclusions (and the run compares their effects
+    with its own measured lag), but it is not the server's fault.
 
     ## Why it adds latency
     On the server's host: tokenization, detokenization, the HTTP server and
@@ -80,6 +101,8 @@ class HostPressure(Check):
     ## Caveats
     A half-second CPU sample can catch a short spike. For a remote endpoint
     only the client's machine is seen: the server's host is not measured.
+    If your application runs on this busy client host, its own waits add to
+    its requests: the info finding still names the busiest processes.
     """
 
     id = "LD208"
@@ -112,26 +135,32 @@ class HostPressure(Check):
                 (Evidence("swap used", round(h.swap_used_bytes / gib, 2), "GiB", "psutil"),),
             ))
         for title, message, evidence in problems:
+            if not servers:  # the client's load: said, and weighed in the timings, never the verdict
+                yield Finding(
+                    Severity.INFO, Confidence.HIGH, f"{prefix}: {title}", message + NOT_THE_VERDICT,
+                    Fix("Measure (and call the endpoint) from a client with CPU and memory headroom.", (
+                        "Stop or move the competing processes named above, then run llmdoctor again.",
+                        "Give the calling application's host enough cores: its own waits add to every request.",
+                    )),
+                    impact_basis="not measurable from host counters alone; it inflates the client's timings, "
+                                 "not the server's",
+                    evidence=evidence,
+                )
+                continue
             yield Finding(
                 Severity.WARNING,
-                Confidence.HIGH if h.server_process or not servers else Confidence.MEDIUM,
+                Confidence.HIGH if h.server_process else Confidence.MEDIUM,
                 f"{prefix}: {title}",
                 message,
                 Fix(
-                    "Give the inference server CPU and memory headroom." if servers else
-                    "Measure (and call the endpoint) from a client with CPU and memory headroom.",
+                    "Give the inference server CPU and memory headroom.",
                     (
                         "Stop or move the competing processes named above; add cores or RAM.",
                         "Keep all model layers on the GPU so the CPU only tokenizes and schedules.",
                         "Avoid swap on inference hosts (lower vm.swappiness or disable swap).",
-                    ) if servers else (
-                        "Stop or move the competing processes named above, then run llmdoctor again.",
-                        "Give the calling application's host enough cores: its own waits add to every request.",
                     ),
                 ),
-                impact_basis=("not measurable from host counters alone; it inflates every request's fixed cost"
-                              if servers else "not measurable from host counters alone; it inflates the "
-                              "client's timings, not the server's"),
+                impact_basis="not measurable from host counters alone; it inflates every request's fixed cost",
                 evidence=evidence,
                 cause=Cause.HOST_PRESSURE,
             )

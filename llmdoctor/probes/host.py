@@ -5,7 +5,9 @@ endpoint is local and its process is found: CPU saturation sampled over half a s
 processes that used the CPU in that window (llmdoctor's own process marked as such, never
 taken for the server), RAM and swap pressure, and the inference server's process (``--pid``,
 or the local endpoint's listener, or found by name) with its RSS, threads, open files and
-uptime; a young process is cold-start evidence.
+uptime; a young process is cold-start evidence. For a local endpoint it also says whether
+anything listens on the endpoint's port at all (a local address where nothing listens serves
+nothing from here).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class HostResult:
     self_cpu_percent: float | None = None
     #: The local endpoint is served from inside llmdoctor's own process (the embedded simulator).
     served_by_self: bool = False
+    #: A local endpoint: whether any socket on this machine listens on its port (None: not local, or unseen).
+    listening: bool | None = None
     sample_s: float = CPU_SAMPLE_S
 
     @property
@@ -225,6 +229,17 @@ def _listener(port: int) -> psutil.Process | None:
     return None
 
 
+def _listening(port: int) -> bool | None:
+    """Whether a TCP socket on this machine listens on `port`, whoever owns it (None: sockets unreadable)."""
+    import psutil
+
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections)
+
+
 def find_server_process(port: int | None = None) -> tuple[psutil.Process, str] | None:
     """The inference-server process: the one listening on `port` when it can be seen, else the oldest name match.
 
@@ -278,6 +293,8 @@ def host(ctx: Context) -> HostResult:
     found = None
     source = ""
     served_by_self = False
+    local = _is_local(ctx.target.host) if ctx.target else None
+    listening = _listening(ctx.target.port) if ctx.target is not None and local else None
     if ctx.options.evidence.pid is not None and ctx.options.evidence.pid == os.getpid():
         raise ProbeUnavailable(f"--pid {ctx.options.evidence.pid} is llmdoctor's own process, not the server")
     if ctx.options.evidence.pid is not None:
@@ -286,10 +303,11 @@ def host(ctx: Context) -> HostResult:
         except psutil.NoSuchProcess:
             raise ProbeUnavailable(f"--pid {ctx.options.evidence.pid}: no such process") from None
         source = "pid"
-    elif ctx.target is not None and _is_local(ctx.target.host):
+    elif ctx.target is not None and local:
         # Only a local endpoint has its server process on this machine; a remote endpoint's
         # server is never guessed from local process names.
-        found = find_server_process(ctx.target.port)
+        # Nothing listening on the port: no process here serves it (a name match elsewhere is another server).
+        found = find_server_process(ctx.target.port) if listening is not False else None
         if found is not None and found[0].pid == os.getpid():
             found, served_by_self = None, True  # served from inside llmdoctor (the embedded simulator)
         source = "port or name" if found else ""
@@ -316,13 +334,14 @@ def host(ctx: Context) -> HostResult:
         swap_percent=swap.percent,
         swapped_in_bytes=getattr(swap, "sin", 0),
         swapped_out_bytes=getattr(swap, "sout", 0),
-        target_is_local=_is_local(ctx.target.host) if ctx.target else None,
+        target_is_local=local,
         process_source=source,
         top_processes=[c for c in consumers[:TOP_CONSUMERS]] + [
             c for c in consumers[TOP_CONSUMERS:] if c.role],  # llmdoctor and the server always listed
         self_pid=os.getpid(),
         self_cpu_percent=next((c.cpu_percent for c in consumers if c.role == "llmdoctor"), None),
         served_by_self=served_by_self,
+        listening=listening,
     )
     if found is not None:
         try:
