@@ -38,6 +38,7 @@ from llmdoctor.probes.catalog import (
     IDLE,
     LONE_REQUEST,
     PREFILL,
+    PROMPT_TOKENS,
     REPEAT_PROMPT,
     SERVER_METRICS,
     SWEEP,
@@ -106,6 +107,9 @@ class Facts:
     first_lag_ms: float | None = None
     #: Why the first request may have waited in the server's queue (None: no queue evidence).
     first_queue: str | None = None
+    #: The median prompt tokens of the application's own requests (``--request``; None: none given): a
+    #: measured prefill rate is priced on the user's prompt, not on the probe's long one (issue 25).
+    prompt_tokens: int | None = None
 
 
 def _decode_per_token(timings: list[RequestTiming]) -> float | None:
@@ -144,7 +148,16 @@ def facts_from(ctx: Context) -> Facts:
         first_lag_ms=first.client_lag_ms if first is not None else None,
         first_queue=_first_queue(first_ttft, first.setup_ms if first is not None else 0.0, warm, confounders,
                                  metrics),
+        prompt_tokens=_request_prompt_tokens(ctx),
     )
+
+
+def _request_prompt_tokens(ctx: Context) -> int | None:
+    """The median prompt tokens of the ``--request`` bodies (None without them)."""
+    counted = ctx.optional(PROMPT_TOKENS)
+    if counted is None or not counted.counts:
+        return None
+    return round(statistics.median(c.tokens for c in counted.counts))
 
 
 def _first_queue(first_ttft: float | None, setup_ms: float, warm: float, c: Confounders,
@@ -309,6 +322,9 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
             out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor is not prompt work"))
     else:
         out.append((Cause.LONG_PREFILL, WEAK, seen))
+    if f.prompt_tokens is not None:  # the user's own prompt, not the probe's long one
+        return out, {Cause.LONG_PREFILL: (r.per_token_ms * f.prompt_tokens, f"measured ms per prompt token × "
+                                          f"your requests' {f.prompt_tokens:,}-token prompt (median, --request)")}
     return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_TOKENS,
                                       f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
 

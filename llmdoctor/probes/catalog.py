@@ -374,7 +374,8 @@ DIAGNOSIS: Probe[Diagnosis] = Probe(
     "diagnosis", "llmdoctor.diagnosis.planner:diagnose_followups", "llmdoctor.diagnosis.model:Diagnosis",
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
     # PROMPT_SIZE: measured in the first pass, so the prompts of the follow-ups it orders cost what they declare.
-    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST, PROMPT_SIZE),
+    # PROMPT_TOKENS: a measured prefill rate is priced on the application's prompts (--request), not the probe's.
+    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST, PROMPT_SIZE, PROMPT_TOKENS),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True,
