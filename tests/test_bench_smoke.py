@@ -17,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow  # the whole benchmark, quick, against real processes
+
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the fidelity section compares with curl")
 def test_bench_quick_writes_every_section(tmp_path: Path) -> None:

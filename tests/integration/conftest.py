@@ -32,11 +32,13 @@ REQUIRE_VLLM_ENV = "LLMDOCTOR_REQUIRE_VLLM"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test collected under tests/integration/ as ``integration``."""
+    """Mark every test collected under tests/integration/ as ``integration`` and ``slow`` (each starts or
+    reads a real server: ``-m "not slow"``, the fast tier, leaves them out)."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.slow)
 
 
 def _require(ok: bool, detail: str, env: str, what: str) -> str:
