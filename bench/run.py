@@ -24,9 +24,9 @@ Sections (targets from the issue "Benchmarks: measurement fidelity, overhead, st
    the server's own count (the union of the spans in which the simulator was answering a
    request), since ``--save-measurements`` keeps some probes' requests only as summaries
    (prefill, concurrency); the ratio to the sum of the saved request latencies is given too.
-3. start-up: ``llmdoctor --help``, ``llmdoctor check --help`` and ``llmdoctor checks`` vs
-   ``python -c pass`` (median of N interleaved runs of the console script itself, not a pyenv
-   shim; target <= 3x).
+3. start-up: ``llmdoctor --help``, ``check --help``, ``checks`` and ``explain LD702`` of a plain
+   (non-editable) install in a fresh venv vs that venv's ``python -c pass``, median of N paired runs
+   (``bench/startup.py``, which says how; target <= 3x).
 4. memory: peak RSS of the default check (target < 120 MB), read by GNU ``time -f %M`` (falls
    back to polling VmHWM in /proc). Not ``RUSAGE_CHILDREN``: Python starts children with vfork,
    and Linux carries the parent's high-water mark over the exec, so that number includes this
@@ -34,6 +34,8 @@ Sections (targets from the issue "Benchmarks: measurement fidelity, overhead, st
 5. requests: what a default check sends to the healthy simulator (its own latencies, and the
    zero-latency runs above), counted at the server; the worst of them (target <= 20).
 6. log scanner throughput vs ``grep -cE`` (from ``bench/logscan.py``; target >= 1/3).
+7. the fast test tier: wall time of ``python -m pytest -m "not slow"`` in this checkout, with the load
+   average (full run only, or ``--fast-tier-only``; target <= 5 minutes on 2 cores).
 
 The simulator runs in a separate process, not on a thread of this one: llmdoctor's client and
 the server would otherwise share one GIL, and a server thread waking to send a token would wait
@@ -65,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "run.json"
 LOGSCAN_RESULTS = ROOT / "bench" / "results" / "logscan.json"
 STARTUP_RESULTS = ROOT / "bench" / "results" / "startup.json"
+FAST_TIER_RESULTS = ROOT / "bench" / "results" / "fast_tier.json"
 
 TARGETS = {
     "fidelity_median_abs_error_ms": 1.0,
@@ -76,6 +79,7 @@ TARGETS = {
     "logscan_rss_mb": 100.0,
     "requests": 20,
     "logscan_ratio": 1 / 3,
+    "fast_tier_s": 300.0,
 }
 
 # The simulator as a child process: prints its base URL, answers "count" with the server's
@@ -430,44 +434,45 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
 # 3. start-up
 
 
-def _time_commands(commands: dict[str, list[str]], repeats: int, env: dict[str, str]) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for i in range(repeats + 1):  # the first round warms the page cache (and bytecode) and is dropped
-        for name, cmd in commands.items():
-            started = time.perf_counter()
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
-            if i:
-                times[name].append(time.perf_counter() - started)
-    return times
-
-
-STARTUP_COMMANDS = ("llmdoctor --help", "llmdoctor check --help", "llmdoctor checks")
-
-
 def bench_startup(repeats: int) -> dict[str, Any]:
-    """Median wall time of N interleaved runs of each command; ratios to ``python -c pass``.
+    """`bench/startup.py`: a plain (non-editable) install in a fresh venv, paired runs against ``python -c pass``.
 
-    Judged with a bytecode cache (as installed); without one (this checkout's default
-    ``PYTHONDONTWRITEBYTECODE``) is given for information.
+    The rows are also given flat by command name (``result["llmdoctor --help"]``), with ``python -c pass``'s
+    own median, as this section always had them.
     """
-    commands = {"python -c pass": [sys.executable, "-c", "pass"]}
-    commands.update({name: [*_llmdoctor_cmd(), *name.split()[1:]] for name in STARTUP_COMMANDS})
-    out: dict[str, Any] = {"runs": repeats, "command": " ".join(_llmdoctor_cmd())}
-    for label, bytecode, n in (("", True, repeats), ("no_bytecode_cache", False, max(3, repeats // 3))):
-        times = _time_commands(commands, n, child_env(bytecode))
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        best = {name: min(values) for name, values in times.items()}
-        rows = {}
-        for name in commands:
-            rows[name] = {"median_ms": round(medians[name] * 1000, 1), "best_ms": round(best[name] * 1000, 1),
-                          "ratio": round(medians[name] / medians["python -c pass"], 2),
-                          "best_ratio": round(best[name] / best["python -c pass"], 2)}
-        if label:
-            out[label] = rows
-        else:
-            out.update(rows)
-    out["met"] = all(out[n]["ratio"] <= TARGETS["startup_ratio"] for n in commands)
+    from bench import startup
+
+    result = startup.bench_startup(repeats)
+    out: dict[str, Any] = {**result, **result["commands"], "runs": repeats}
+    out["python -c pass"] = {"median_ms": statistics.median(r["python_c_pass_median_ms"]
+                                                            for r in result["commands"].values())}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. the fast test tier
+
+FAST_TIER = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"]
+
+
+def bench_fast_tier() -> dict[str, Any]:
+    """Wall time of ``python -m pytest -m "not slow"`` (every unit, fixture and simulator test) in this checkout."""
+    load = os.getloadavg()
+    started = time.perf_counter()
+    done = subprocess.run(FAST_TIER, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - started
+    tail = done.stdout.strip().splitlines()[-1:] or [""]
+    return {"command": "python -m pytest -m 'not slow'", "seconds": round(seconds, 1), "exit_code": done.returncode,
+            "summary": tail[0].strip("= "), "target_s": TARGETS["fast_tier_s"], "cpus": os.cpu_count(),
+            "load_average_before": [round(x, 2) for x in load],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "met": done.returncode == 0 and seconds <= TARGETS["fast_tier_s"]}
+
+
+def _fast_tier_row(ft: dict[str, Any]) -> str:
+    shown, label = f"<= {ft['target_s']:g}", "fast test tier, -m 'not slow' (s)"
+    return f"{label:<52}{ft['seconds']:>14.1f}{shown:>12}  {yes(ft['met'])}  " \
+           f"({ft['summary']}; load {ft['load_average_before'][0]:.1f} on {ft['cpus']} CPUs)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,16 +508,9 @@ def yes(flag: bool) -> str:
 
 
 def _startup_rows(st: dict[str, Any]) -> Iterator[str]:
-    target = TARGETS["startup_ratio"]
-    shown = f"<= {target:g}"
-    for name in STARTUP_COMMANDS:
-        label = f"{name} / python -c pass (median)"
-        yield f"{label:<52}{st[name]['ratio']:>14.2f}{shown:>12}  {yes(st[name]['ratio'] <= target)}"
-    yield f"{'  (python -c pass median ms; best-of-run ratios)':<52}{st['python -c pass']['median_ms']:>14.1f}  " + \
-          ", ".join(f"{st[name]['best_ratio']:.2f}" for name in STARTUP_COMMANDS)
-    nb = st["no_bytecode_cache"]
-    yield f"{'  (no bytecode cache: ratios)':<52}{'':>14}  " + ", ".join(f"{nb[n]['ratio']:.2f}"
-                                                                       for n in STARTUP_COMMANDS)
+    from bench import startup
+
+    yield from startup.rows(st)
 
 
 def _table(result: dict[str, Any]) -> Iterator[str]:
@@ -532,6 +530,8 @@ def _table(result: dict[str, Any]) -> Iterator[str]:
     yield f"{'  (wall s, server busy s, saved latencies s)':<52}{s['wall_s']:>6.2f},{s['server_busy_s']:>6.2f}," \
           f"{s['sum_request_latency_s']:>6.2f}"
     yield from _startup_rows(result["startup"])
+    if "fast_tier" in result:
+        yield _fast_tier_row(result["fast_tier"])
     nf = ov["without_followups"]
     yield f"{'  (--no-followup: own cost s, slow ratio, requests)':<52}" \
           f"{nf['zero_latency_run']['wall_s']:>6.2f},{nf['slow_ratio']:>6.3f},{nf['zero_latency_run']['requests_at_server']:>4}"
@@ -565,6 +565,15 @@ def _startup_only(quick: bool, output: Path) -> int:
     return 0
 
 
+def _fast_tier_only(output: Path) -> int:
+    """``--fast-tier-only``: time the fast test tier alone."""
+    result = {"benchmark": "llmdoctor bench/run.py --fast-tier-only", "fast_tier": bench_fast_tier()}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(_fast_tier_row(result["fast_tier"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every section, print the table, write bench/results/run.json; exit 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -572,7 +581,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results file (default {RESULTS})")
     parser.add_argument("--startup-only", action="store_true",
                         help=f"only the start-up section (under a minute; JSON to {STARTUP_RESULTS.name} by default)")
+    parser.add_argument("--fast-tier-only", action="store_true",
+                        help=f"only time the fast test tier (JSON to {FAST_TIER_RESULTS.name} by default)")
     args = parser.parse_args(argv)
+    if args.fast_tier_only:
+        return _fast_tier_only(args.output if args.output != RESULTS else FAST_TIER_RESULTS)
     if args.startup_only:
         return _startup_only(args.quick, args.output if args.output != RESULTS else STARTUP_RESULTS)
     if shutil.which("curl") is None:
@@ -605,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         ("startup", lambda: bench_startup(settings["startup_repeats"])),
         ("logscan", lambda: bench_logscan(settings["logscan_size_mb"])),
     ]
+    if not quick:  # the smoke run runs inside the test suite: not the suite again
+        steps.append(("fast_tier", bench_fast_tier))
     for name, step in steps:
         t = time.perf_counter()
         print(f"[{name}] ...", file=sys.stderr, flush=True)
@@ -614,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     result["all_met"] = all([result["fidelity"]["met"], result["overhead"]["own_cost_met"],
                              result["overhead"]["slow_ratio_met"], result["startup"]["met"],
                              result["overhead"]["peak_rss_met"], result["overhead"]["requests_met"],
-                             result["logscan"]["met"]])
+                             result["logscan"]["met"], result.get("fast_tier", {}).get("met", True)])
     shutil.rmtree(_PYCACHE, ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
