@@ -39,6 +39,8 @@ EXPECTED = {
                                  prefix_cache_queries=117.0, process_start_time=1.7181405583e09),
     "vllm-v0-datadog.prom": dict(backend="vllm", requests_running=0.0, kv_cache_usage=0.0, preemptions_total=0.0,
                                  engine_sleeping=None, queue_time=None, prefill_time=None, prefix_cache_hits=None),
+    "vllm-old-names-datadog.prom": dict(backend="vllm", requests_running=0.0, requests_waiting=0.0, kv_cache_usage=0.0,
+                                        preemptions_total=0.0, prefix_cache_hits=None, queue_time=None),
     "tgi-datadog.prom": dict(backend="tgi", requests_running=0.0, requests_waiting=0.0, kv_cache_usage=None,
                              preemptions_total=None, ttft=None),
     "sglang-0.5.10.prom": dict(backend="sglang", requests_running=0.0, requests_waiting=0.0, kv_cache_usage=0.25,

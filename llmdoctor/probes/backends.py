@@ -1,10 +1,12 @@
 """Metric names of each serving backend, mapped onto one vocabulary.
 
-Names were looked up in the backends' own docs and code, because they changed
-across versions (vLLM renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc``
-in V1; llama.cpp dropped ``kv_cache_usage_ratio``). For each normalised field
-the candidates are tried in order and the first present wins, so newer names
-take precedence over older ones when a server exports both.
+The names per field come from one versioned table, `llmdoctor.probes.metricnames.METRIC_NAMES`
+(each name with the version that introduced or removed it and its source), because they changed
+across versions (vLLM renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc`` and
+``time_per_output_token_seconds`` to ``inter_token_latency_seconds``; SGLang's queue histogram was
+``waiting_request_latency_seconds`` before ``queue_time_seconds``; llama.cpp dropped
+``kv_cache_usage_ratio``). For each normalised field the candidates are tried in order and the first
+present wins, so newer names take precedence over older ones when a server exports both.
 
 Sources:
 - vLLM: docs.vllm.ai "Production Metrics" (v0.5 and stable), vllm/v1/metrics/loggers.py; every V1
@@ -19,6 +21,8 @@ Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from llmdoctor.probes.metricnames import FIELDS, candidates
 
 __all__ = ["Backend", "BACKENDS", "KNOBS", "detect_backend", "knob"]
 
@@ -62,76 +66,27 @@ class Backend:
     extra: tuple[str, ...] = field(default=())
 
 
+def _backend(name: str, prefix: str, **settings: object) -> Backend:
+    """A `Backend` whose per-field names come from the versioned table (llmdoctor/probes/metricnames.py)."""
+    fields = {f: candidates(name, f) for f in FIELDS}
+    return Backend(name=name, prefix=prefix, **fields, **settings)  # type: ignore[arg-type]
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(
-            name="vllm",
-            prefix="vllm:",
-            running=("vllm:num_requests_running",),
-            waiting=("vllm:num_requests_waiting",),
-            # V1 name first; V0 (and early V1) exported gpu_cache_usage_perc.
-            kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-            preemptions=("vllm:num_preemptions_total",),
-            prefix_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-            prefix_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-            ttft=("vllm:time_to_first_token_seconds",),
-            queue_time=("vllm:request_queue_time_seconds",),
-            prefill_time=("vllm:request_prefill_time_seconds",),
-            decode_time=("vllm:request_decode_time_seconds",),
-            e2e=("vllm:e2e_request_latency_seconds",),
-            inference_time=("vllm:request_inference_time_seconds",),
-            # V1 name first (vllm/v1/metrics/loggers.py, 0.32); V0 and early V1 had time_per_output_token.
-            inter_token=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-            request_preemptions=("vllm:request_num_preemptions",),
-            waiting_by_reason=("vllm:num_requests_waiting_by_reason",),
-            finished=("vllm:request_success_total",),
-            cache_info=("vllm:cache_config_info",),
-            extra=("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc"),
-        ),
-        Backend(
-            name="tgi",
-            prefix="tgi_",
-            running=("tgi_batch_current_size",),
-            waiting=("tgi_queue_size",),
-            # router/src/server.rs (v3.3.7) records these for streamed and non-streamed requests alike.
-            queue_time=("tgi_request_queue_duration",),
-            e2e=("tgi_request_duration",),
-            inference_time=("tgi_request_inference_duration",),
-            extra=("tgi_batch_current_max_tokens", "tgi_request_count", "tgi_request_success"),
-        ),
-        Backend(
-            name="llamacpp",
-            prefix="llamacpp:",
-            running=("llamacpp:requests_processing",),
-            waiting=("llamacpp:requests_deferred",),
-            # kv_cache_usage_ratio and kv_cache_tokens were removed upstream (not in
-            # tools/server/README.md "Available metrics"); older builds and forks still export them.
-            kv_usage=("llamacpp:kv_cache_usage_ratio",),
-            extra=(
-                "llamacpp:kv_cache_tokens",
-                "llamacpp:n_busy_slots_per_decode",
-                "llamacpp:n_tokens_max",
-                "llamacpp:prompt_seconds_total",
-                "llamacpp:prompt_tokens_total",
-            ),
-        ),
-        Backend(
-            name="sglang",
-            prefix="sglang:",
-            running=("sglang:num_running_reqs",),
-            waiting=("sglang:num_queue_reqs",),
-            kv_usage=("sglang:token_usage",),
-            retracted=("sglang:num_retracted_reqs",),
-            prefix_hits=("sglang:cached_tokens_total",),
-            prefix_queries=("sglang:prompt_tokens_total",),
-            ttft=("sglang:time_to_first_token_seconds",),
-            queue_time=("sglang:queue_time_seconds",),
-            e2e=("sglang:e2e_request_latency_seconds",),
-            inter_token=("sglang:inter_token_latency_seconds",),
-            startup_s=("sglang:engine_startup_time",),
-            extra=("sglang:cache_hit_rate", "sglang:engine_load_weights_time", "sglang:max_total_num_tokens"),
-        ),
+        _backend("vllm", "vllm:", extra=("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")),
+        _backend("tgi", "tgi_", extra=("tgi_batch_current_max_tokens", "tgi_request_count", "tgi_request_success")),
+        # kv_cache_usage_ratio and kv_cache_tokens were removed upstream; older builds and forks still export them.
+        _backend("llamacpp", "llamacpp:", extra=(
+            "llamacpp:kv_cache_tokens",
+            "llamacpp:n_busy_slots_per_decode",
+            "llamacpp:n_tokens_max",
+            "llamacpp:prompt_seconds_total",
+            "llamacpp:prompt_tokens_total",
+        )),
+        _backend("sglang", "sglang:", extra=(
+            "sglang:cache_hit_rate", "sglang:engine_load_weights_time", "sglang:max_total_num_tokens")),
     )
 }
 

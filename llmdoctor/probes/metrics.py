@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmdoctor.probes.backends import BACKENDS, Backend, detect_backend
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY
+from llmdoctor.probes.metricnames import FIELDS, HISTOGRAMS, candidates, describe
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -136,6 +137,15 @@ class ServerMetrics:
     models: list[LoadedModel] | None = None
     model_names: list[str] = field(default_factory=list)
     samples: dict[str, float] = field(default_factory=dict)
+    #: Attribute (``kv_cache_usage``, ``inter_token``, ...) -> the series name it was read from.
+    series: dict[str, str] = field(default_factory=dict)
+    #: Attribute -> why it is None: "absent in this version: <names with their versions>" when the backend
+    #: exported it under some name in some version (llmdoctor/probes/metricnames.py), else "not exported by X".
+    absent: dict[str, str] = field(default_factory=dict)
+
+    def why_absent(self, attr: str) -> str | None:
+        """Why `attr` has no value (None when it has one, or for an attribute no table row maps)."""
+        return self.absent.get(attr)
 
     @property
     def uptime_s(self) -> float | None:
@@ -353,6 +363,7 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
     metrics.waiting_by_reason = _by_label(samples, b.waiting_by_reason, "reason")
     metrics.finished = _by_label(samples, b.finished, b.finished_label)
     metrics.kv_cache = _kv_cache_info(samples, b.cache_info)
+    _name_fields(metrics, samples, name)
     models = {lab["model_name"] for series in samples.values() for lab, _ in series if "model_name" in lab}
     metrics.model_names = sorted(models)
     wanted = {n for group in (b.running, b.waiting, b.kv_usage, b.preemptions, b.retracted, b.prefix_hits,
@@ -365,6 +376,18 @@ def normalize(text: str, url: str = "", backend: str | None = None) -> ServerMet
             key = sample_name + _label_text(labels)
             metrics.samples[key] = value
     return metrics
+
+
+def _name_fields(metrics: ServerMetrics, samples: Samples, backend: str) -> None:
+    """Record, per normalised field, the series name read, or why none was (never a zero)."""
+    for key, attr in FIELDS.items():
+        names = candidates(backend, key)
+        found = next((n for n in names if (n + "_count" in samples and n + "_sum" in samples
+                                           if key in HISTOGRAMS else n in samples)), None)
+        if found is not None:
+            metrics.series[attr] = found
+        elif attr not in ("kv_cache",) or names:
+            metrics.absent[attr] = describe(backend, key)
 
 
 def _label_text(labels: dict[str, str]) -> str:
