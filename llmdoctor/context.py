@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from llmdoctor.deadline import Deadline, DeadlineExceeded
 from llmdoctor.options import Options
-from llmdoctor.probes.contract import AnyProbe, Probe
+from llmdoctor.probes.contract import AnyProbe, Endpoint, Probe
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import ClientSetupError, Target
 
@@ -78,6 +78,8 @@ class _Reader:
     allowed: frozenset[AnyProbe]
     orders: frozenset[AnyProbe]
     is_check: bool
+    #: The probe itself, for a probe reader (its declared plan bounds the requests it sends).
+    probe: AnyProbe | None = None
 
 
 @dataclass(frozen=True)
@@ -180,18 +182,9 @@ class Context:
             else:
                 from llmdoctor.probes.client import ProbeClient
 
-                self._client = ProbeClient(
-                    self.target,
-                    timeout_s=self.options.request.timeout_s,
-                    max_requests=self.options.request.max_requests,
-                    insecure=self.options.network.insecure,
-                    ca_bundle=self.options.network.ca_bundle,
-                    deadline_at=self.deadline_at,
-                    on_request=self._on_request,
-                    before_send=self.before_send,
-                    lag=self._lag,
-                    other_origins=(self.options.evidence.metrics_url, self.options.evidence.gpu_metrics_url),
-                )
+                self._client = ProbeClient.for_run(
+                    self.target, self.options, deadline_at=self.deadline_at, on_request=self._on_request,
+                    before_send=self.before_send, lag=self._lag, plan=self._sending_plan, strict=self.strict)
         return self._client
 
     @property
@@ -203,6 +196,13 @@ class Context:
     def request_history(self) -> list[RequestTiming]:
         """Every request the probe client sent this run, in order (empty when replaying)."""
         return list(self._client.history) if self._client is not None else []
+
+    def _sending_plan(self) -> tuple[str, int] | None:
+        """The probe sending now and the requests its plan declares (None outside a probe)."""
+        reader = next((r for r in reversed(self._readers) if not r.is_check), None)
+        if reader is None or reader.probe is None:
+            return None
+        return reader.name, reader.probe.max_requests(self.options, Endpoint.of(self.target))
 
     def _on_request(self, timing: RequestTiming) -> None:
         """Stamp the probe that sent `timing`; with --verbose, log it."""
@@ -392,7 +392,7 @@ class Context:
             self.on_probe(name, spec.label)
         started = time.perf_counter()
         allowed = frozenset((*spec.needs, *spec.optional_under(self.options)))
-        self._readers.append(_Reader(name, allowed, frozenset(spec.orders), False))
+        self._readers.append(_Reader(name, allowed, frozenset(spec.orders), False, spec))
         try:
             value = spec.resolve_function()(self)
         except ProbeUnavailable as exc:
@@ -410,8 +410,10 @@ class Context:
             self._interrupted.add(name)
             raise
         except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the run
-            from llmdoctor.probes.client import BudgetExhausted, DeadlineReached
+            from llmdoctor.probes.client import BudgetExhausted, DeadlineReached, PlanExceeded
 
+            if isinstance(exc, PlanExceeded):
+                raise  # strict mode: a probe sending beyond its declared plan is a bug, never the endpoint's
             if isinstance(exc, DeadlineReached):
                 reason = self.deadline_reason
             elif isinstance(exc, BudgetExhausted):

@@ -37,6 +37,7 @@ __all__ = [
     "http_response",
     "play",
     "read_request",
+    "ScriptClock",
     "scripted_server",
     "unused_port",
 ]
@@ -179,14 +180,48 @@ def chunked_sse_response(
     return steps
 
 
-def play(steps: Iterable[Step], *, close: bool = False) -> Handler:
-    """A handler that sleeps and sends each step; `close` closes the connection afterwards."""
+class ScriptClock:
+    """A `llmdoctor.probes.clock.Clock` that moves only when told: by `advance`, or by a script.
+
+    Hand it to a `ProbeClient` (``clock=``) and to `play` (``clock=``): the script advances it
+    by each step's delay before sending the step, so the client reads exactly the scripted
+    durations, whatever the load of the machine. `sleep` advances it too (without waiting).
+    """
+
+    def __init__(self, start: float = 1000.0, epoch: float = 1.7e9) -> None:
+        self._now = start
+        self._epoch = epoch - start
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def wall(self) -> float:
+        return self._epoch + self.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+def play(steps: Iterable[Step], *, close: bool = False, clock: ScriptClock | None = None) -> Handler:
+    """A handler that sleeps and sends each step; `close` closes the connection afterwards.
+
+    With a `clock`, each step's delay also advances it, just before the step is sent (the real
+    sleep stays, so the client has read one step before the clock moves for the next).
+    """
     frozen = list(steps)
 
     def handler(conn: socket.socket, request: bytes) -> bool:
         for delay, data in frozen:
             if delay:
                 time.sleep(delay)
+                if clock is not None:
+                    clock.advance(delay)
             conn.sendall(data)
         if close:
             conn.shutdown(socket.SHUT_RDWR)

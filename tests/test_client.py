@@ -3,15 +3,16 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import statistics
 import time
 
+import httpx
 import pytest
 
 from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ProbeClient
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.target import Target
 from tests.rawserver import (
+    ScriptClock,
     ScriptedServer,
     chunk,
     chunked_sse_response,
@@ -80,24 +81,26 @@ def assert_no_canary(timing: RequestTiming) -> None:
 
 
 def test_stream_timings_match_the_script(servers):
+    # The script advances the client's clock by each step's delay: the timings are the script's, exactly.
+    clock = ScriptClock()
     events = [content(f"t{i}") for i in range(6)] + [final({"prompt_tokens": 7, "completion_tokens": 6})]
     steps = chunked_sse_response(events, [0.2, 0.05, 0.05, 0.05, 0.05, 0.05, 0.0])
-    srv = servers(play(steps))
-    with client_for(srv) as c:
+    srv = servers(play(steps, clock=clock))
+    with client_for(srv, clock=clock) as c:
         t = c.chat("hi", max_tokens=6)
     print(f"\nttft={t.ttft_ms} itl={t.inter_token_ms} total={t.total_ms} ttfb={t.ttfb_ms} connect={t.connect_ms}")
     assert t.ok, t
     assert t.streamed and t.status == 200 and t.http_version == "HTTP/1.1"
-    assert t.ttfb_ms is not None and t.ttfb_ms < 40
-    assert t.ttft_ms == pytest.approx(200, abs=40)
-    assert t.ttft_ms - t.ttfb_ms == pytest.approx(200, abs=25)  # the server slept 200 ms after the headers
+    assert t.ttfb_ms == 0  # the headers came before the script's first sleep
+    assert t.ttft_ms == pytest.approx(200, abs=1e-6)
+    assert t.ttft_ms - t.ttfb_ms == pytest.approx(200, abs=1e-6)  # the server slept 200 ms after the headers
     assert t.first_content_ms == t.ttft_ms and t.first_reasoning_ms is None
     assert len(t.token_times_ms) == 6 and t.content_events == 6
     gaps = t.inter_token_ms
-    assert statistics.mean(gaps) == pytest.approx(50, abs=10)
-    assert all(20 < g < 90 for g in gaps), gaps
-    assert t.total_ms == pytest.approx(450, abs=40)
-    assert t.decode_ms == pytest.approx(250, abs=40)
+    assert gaps == pytest.approx([50.0] * 5, abs=1e-6), gaps
+    assert t.total_ms == pytest.approx(450, abs=1e-6)
+    assert t.decode_ms == pytest.approx(250, abs=1e-6)
+    assert t.started_at == pytest.approx(clock.wall() - 0.45)
     assert t.prompt_tokens == 7 and t.completion_tokens == 6 and t.finish_reason == "stop"
     assert t.text == "t0t1t2t3t4t5"
     assert t.sent_ms is not None and t.sent_ms <= t.ttfb_ms
@@ -243,15 +246,39 @@ def test_refused_port_quickly():
     assert t.total_ms is not None
 
 
+class RecordingTransport(httpx.BaseTransport):
+    """The network layer under the client, recording the timeouts each request reached it with."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.timeouts: list[dict[str, float]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.timeouts.append(dict(request.extensions["timeout"]))
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def test_accept_then_silence_times_out(servers):
     srv = servers(silence)
-    start = time.perf_counter()
-    with client_for(srv, timeout_s=1.0) as c:
+    network = RecordingTransport()
+    with client_for(srv, timeout_s=1.0, clock=ScriptClock(), transport=network) as c:
         t = c.chat("hi", max_tokens=1)
-    elapsed = time.perf_counter() - start
     assert t.error == ErrorKind.READ_TIMEOUT, t
-    assert 0.9 < elapsed < 2.0
+    # The socket waited timeout_s for an answer: every timeout it got is the request's 1 s.
+    assert network.timeouts == [{"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}]
     assert t.status is None and t.connect_ms is not None
+
+
+def test_timeouts_reaching_the_network_are_capped_at_the_run_deadline(servers):
+    srv = servers(play(chunked_sse_response([content("a"), final()], 0.0)))
+    clock, network = ScriptClock(), RecordingTransport()
+    with client_for(srv, timeout_s=5.0, clock=clock, transport=network, deadline_at=clock.now() + 0.75) as c:
+        t = c.chat("hi", max_tokens=1)
+    assert t.ok, t
+    assert network.timeouts == [{"connect": 0.75, "read": 0.75, "write": 0.75, "pool": 0.75}]
 
 
 def _drip(prefix: bytes, byte: bytes):
@@ -318,13 +345,24 @@ def test_finish_reason_without_done_is_fine(servers):
 def test_done_then_connection_held_open_is_not_an_error(servers):
     head = http_response(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"})
     body = chunk(b"data: " + json.dumps(content("a")).encode() + b"\n\ndata: [DONE]\n\n")
-    srv = servers(_drip(head + body, chunk(b": ping\n")))
-    start = time.perf_counter()
-    with client_for(srv, timeout_s=10.0) as c:
+    clock = ScriptClock()
+    pings: list[float] = []
+
+    def held_open(conn, request):
+        conn.sendall(head + body)
+        while True:  # a ping every 0.2 s on the client's clock; ends when the client closes
+            time.sleep(0.05)
+            clock.advance(0.2)
+            pings.append(clock.now())
+            conn.sendall(chunk(b": ping\n"))
+
+    srv = servers(held_open)
+    with client_for(srv, timeout_s=10.0, clock=clock) as c:
         t = c.chat("hi", max_tokens=1)
     assert t.ok, t
-    assert time.perf_counter() - start < 2.0
-    assert t.total_ms is not None and t.total_ms < 100
+    # It waited DONE_GRACE_S (1 s) for the end of the body, not timeout_s (10 s): 5 pings, and the one after.
+    assert len(pings) <= 8, pings
+    assert t.total_ms == 0  # the answer ended with [DONE], which came with the headers
 
 
 def test_http_401_openai_error_message(servers):

@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from llmdoctor.options import Options
 from llmdoctor.probes.client import ProbeClient, parse_retry_after
+from llmdoctor.probes.clock import SYSTEM_CLOCK
 from llmdoctor.probes.sse import SSEError, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
+from llmdoctor.probes.transports import Attempt
 from llmdoctor.recording import RecordingError, load_recording
 from llmdoctor.serde import SerdeError, from_data
 from llmdoctor.target import Target
@@ -107,7 +109,7 @@ def test_client_stream_handling_never_raises(client: ProbeClient, body: bytes, c
     response = httpx.Response(200, headers={"content-type": ctype}, content=iter(_split(body, cuts)))
     timing = RequestTiming(method="POST", path="/v1/chat/completions", streamed=True, status=200)
     t0 = time.perf_counter()
-    client._read_stream(response, timing, t0, t0 + 5, ctype)
+    client._read_stream(response, timing, t0, Attempt(SYSTEM_CLOCK, t0=t0, deadline=t0 + 5), ctype)
     assert timing.error is None or timing.error in vars(ErrorKind).values()
     assert len(timing.text) <= 200 and len(timing.error_detail) <= 500
     assert timing.content_events + timing.reasoning_events <= body.count(b"{")
@@ -123,7 +125,7 @@ def test_client_whole_body_handling_never_raises(client: ProbeClient, body: byte
                               content=iter([body]))
     timing = RequestTiming(method="POST", path="/v1/completions")
     t0 = time.perf_counter()
-    client._handle_response(response, timing, t0, t0 + 5, {}, mode)
+    client._handle_response(response, timing, t0, Attempt(SYSTEM_CLOCK, t0=t0, deadline=t0 + 5), mode)
     assert (timing.status == status) and (status == 200 or timing.error == ErrorKind.HTTP_STATUS)
 
 

@@ -165,9 +165,7 @@ def check_client(target: Target, options: Options) -> None:
     from llmdoctor.target import TargetError
 
     try:
-        client = ProbeClient(target, timeout_s=options.request.timeout_s, max_requests=1,
-                             insecure=options.network.insecure, ca_bundle=options.network.ca_bundle,
-                             other_origins=(options.evidence.metrics_url, options.evidence.gpu_metrics_url))
+        client = ProbeClient.for_run(target, options, max_requests=1)
     except TargetError as exc:
         raise UsageProblem(str(exc)) from None
     client.close()
