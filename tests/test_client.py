@@ -316,13 +316,14 @@ def test_drip_in_stream_body_hits_the_wall_deadline(servers):
 
 
 def test_stream_cut_keeps_ttft(servers):
+    clock = ScriptClock()
     steps = chunked_sse_response([content("a"), content("b")], [0.1, 0.05], done=False, end=False)
-    srv = servers(play(steps, close=True))
-    with client_for(srv) as c:
+    srv = servers(play(steps, close=True, clock=clock))
+    with client_for(srv, clock=clock) as c:
         t = c.chat("hi", max_tokens=10)
     assert t.error == ErrorKind.STREAM_CUT, t
     assert t.status == 200
-    assert t.ttft_ms == pytest.approx(100, abs=40)
+    assert t.ttft_ms == pytest.approx(100, abs=1e-6)
     assert t.content_events == 2 and len(t.token_times_ms) == 2
     assert t.total_ms is not None and t.total_ms >= t.token_times_ms[-1]
 
@@ -503,16 +504,19 @@ def test_non_stream_chat_and_tgi_headers(servers):
     body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there",
                                                  "reasoning_content": "hmm"}, "finish_reason": "stop"}]}
 
+    clock = ScriptClock()
+
     def handler(conn, request):
         time.sleep(0.1)
+        clock.advance(0.1)
         conn.sendall(http_response(200, headers, body))
 
     srv = servers(handler)
-    with client_for(srv) as c:
+    with client_for(srv, clock=clock) as c:
         t = c.chat("hi", max_tokens=10, stream=False, extra={"temperature": 0, "model": None})
     assert t.ok, t
     assert not t.streamed
-    assert t.ttft_ms == t.total_ms and t.total_ms == pytest.approx(100, abs=40)
+    assert t.ttft_ms == t.total_ms and t.total_ms == pytest.approx(100, abs=1e-6)
     assert t.token_times_ms == []
     assert t.text == "Hello there" and t.finish_reason == "stop"
     st = t.server_timing
