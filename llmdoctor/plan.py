@@ -36,6 +36,28 @@ def plan_requests(target: Target, options: Options, probes: Iterable[AnyProbe]) 
     return [r for p in probes if static_off(p, options) is None for r in p.requests(endpoint, options)]
 
 
+def _transport_line(target: Target) -> str:
+    """What the transport probe touches besides HTTP requests: raw connections, and a proxy in the path."""
+    from llmdoctor.probes.transport import MAX_ADDRESSES, MAX_SAMPLES, TLS_SAMPLES
+    from llmdoctor.proxies import route_for
+
+    tls = f" and {TLS_SAMPLES} TLS handshakes" if target.scheme == "https" else ""
+    route = route_for(target.scheme, target.host, target.port)
+    if route.proxy is None:
+        return (f"Also: up to {MAX_SAMPLES} raw TCP connections{tls} to time the round trip (no HTTP request), and "
+                f"one connect to each further address (up to {MAX_ADDRESSES - 1}) while the first ones fail.")
+    authority = f"{target.host}:{target.port}"
+    asked = (f"CONNECT {authority}" if target.scheme == "https" else
+             f"HEAD http://{authority}/ (a second on the same connection when the proxy keeps it open)")
+    around = ("a TCP connect only" if target.scheme == "https" else
+              "HEAD / (a second on the same connection when the endpoint keeps it open)")
+    through = f" (the TLS handshakes through CONNECT {authority} tunnels)" if tls else ""
+    return (f"Also, through the proxy {route.settings.proxy_url} (from {route.settings.variable}): up to "
+            f"{MAX_SAMPLES} raw TCP connections to it, each sending {asked}, to time the round trip and the proxy"
+            f"{tls}{through}; and around it, up to {MAX_SAMPLES} connections to {authority} itself, each "
+            f"{around}, to measure what the proxy costs (none when the endpoint cannot be reached directly).")
+
+
 def render_plan(target: Target, options: Options, checks: Sequence[type[Check]]) -> str:
     """The dry-run listing: one line per request shape, the upper bound, the probes and what else is touched."""
     probes = plan_probes(checks, options)
@@ -62,9 +84,7 @@ def render_plan(target: Target, options: Options, checks: Sequence[type[Check]])
         lines.append(f"Nothing is started after --deadline {options.request.deadline_s:g} s; "
                      f"each request is bounded by --timeout {options.request.timeout_s:g} s.")
     if TRANSPORT in probes:
-        lines.append(f"Also: up to 10 raw TCP connections{' and 3 TLS handshakes' if target.scheme == 'https' else ''}"
-                     " to time the round trip (no HTTP request), and one connect to each further address"
-                     " (up to 5) while the first ones fail.")
+        lines.append(_transport_line(target))
     if DNS in probes and not is_ip_literal(target.host):
         lines.append(f"Also: DNS queries (A and AAAA) for {target.host} to each configured resolver.")
     lines.append("Credentials: sent only to the endpoint's own origin; redirects are reported, never followed.")

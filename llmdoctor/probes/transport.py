@@ -27,6 +27,10 @@ opened a fresh connection and how many reused one, what a fresh connection cost
 
 From the environment: ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` and whether the endpoint
 goes through a proxy, as `llmdoctor.proxies` decides it for the probe client; credentials are masked.
+When it does, the probe takes the user's path: the round trip is the handshake with the proxy, the
+TLS handshakes go through a ``CONNECT`` tunnel, and the proxy's cost is measured through it and
+around it (`llmdoctor.probes.proxy_path`); nothing connects straight to the endpoint except that
+comparison.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.catalog import BASELINE, DNS
+from llmdoctor.probes.proxy_path import ProxyPath, measure_proxy_path, tunnel
 from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.proxies import ProxySettings, proxy_settings
+from llmdoctor.proxies import ProxySettings, proxy_settings, route_for
 
 if TYPE_CHECKING:
     import ssl
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConnectAttempt",
     "KeepAlive",
+    "ProxyPath",
     "ProxySettings",
     "TransportResult",
     "happy_eyeballs_order",
@@ -157,6 +163,8 @@ class TransportResult:
     #: The probe client's quickest request on an already-open connection: first byte, and which.
     warm_ttfb_ms: float | None = None
     warm_request: str = ""
+    #: The proxy in the path, measured through it and around it (None: the endpoint is reached directly).
+    proxy_path: ProxyPath | None = None
 
     @property
     def connect_p50_ms(self) -> float | None:
@@ -386,10 +394,8 @@ def _tls_context(ctx: Context) -> ssl.SSLContext:
 def _tls_sample(result: TransportResult, context: ssl.SSLContext, timeout_s: float) -> None:
     import ssl
 
-    _, sock = _connect(result.address, result.port, timeout_s)
-    result.tcp_connections += 1
+    sock = _tls_socket(result, timeout_s)
     if sock is None:
-        result.tls_error = f"cannot connect to {result.address} for a TLS handshake"
         return
     try:
         # An IP literal as server_hostname: ssl sends no SNI and checks the certificate's IP SAN.
@@ -406,6 +412,28 @@ def _tls_sample(result: TransportResult, context: ssl.SSLContext, timeout_s: flo
         result.tls_error = f"{type(exc).__name__}: {exc}"
     finally:
         sock.close()
+
+
+def _tls_socket(result: TransportResult, timeout_s: float) -> socket.socket | None:
+    """A connection to handshake on: to the endpoint, or a CONNECT tunnel through the proxy in the path."""
+    path = result.proxy_path
+    through = path is not None and path.address and not path.not_measured
+    host, _, port = (path.address.rpartition(":") if through and path is not None else (result.address, "", ""))
+    _, sock = _connect(host.strip("[]"), int(port) if port else result.port, timeout_s)
+    result.tcp_connections += 1
+    if sock is None:
+        result.tls_error = f"cannot connect to {host} for a TLS handshake"
+        return None
+    if through:
+        try:
+            _, status = tunnel(sock, result.host, result.port)
+        except OSError as exc:
+            status, result.tls_error = None, f"CONNECT through the proxy: {type(exc).__name__}: {exc}"
+        if status != 200:
+            result.tls_error = result.tls_error or f"the proxy answered CONNECT with {status or 'nothing'}"
+            sock.close()
+            return None
+    return sock
 
 
 def probe(ctx: Context) -> TransportResult:
@@ -445,14 +473,32 @@ def _first_connection(ctx: Context, result: TransportResult) -> socket.socket:
 def _measure(ctx: Context, result: TransportResult) -> TransportResult:
     target = ctx.target
     assert target is not None
-    result.proxy = proxy_settings(target.scheme, target.host, target.port,
-                                  credentials=bool(target.api_key or target.headers))
+    route = route_for(target.scheme, target.host, target.port, credentials=bool(target.api_key or target.headers))
+    result.proxy = route.settings
     timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.request.timeout_s)
+    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.request.samples))
+    if route.proxy is not None:
+        path = measure_proxy_path(route, target.scheme, target.host, target.port, samples, ctx.cap_timeout,
+                                  timeout_s)
+        result.proxy_path = path
+        result.tcp_connections += path.connections
+        if not path.not_measured:  # the user's path: the round trip is the one to the proxy
+            if not path.proxy_connect_ms:
+                from llmdoctor.context import ProbeUnavailable
+
+                raise ProbeUnavailable(f"cannot connect to the proxy {path.proxy}: "
+                                       + ("; ".join(path.errors) or "no address"))
+            result.resolver = f"the proxy from {route.settings.variable or 'the environment'}"
+            result.address, result.resolved = path.address, [path.address]
+            result.connect_ms = list(path.proxy_connect_ms)
+            result.errors.extend(path.errors)
+            return _finish(ctx, result, timeout_s)
+        result.errors.append(f"proxy in the path not measured ({path.not_measured}): the round trip below is "
+                             "to the endpoint directly, around it")
     addresses, result.resolver = _addresses(ctx, target.host, target.port, ctx.cap_timeout(timeout_s))
     result.resolved = addresses[:MAX_ADDRESSES]
     sock: socket.socket | None = _first_connection(ctx, result)
     exchange = target.scheme == "http"  # over https the TLS handshake is the first exchange
-    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.request.samples))
     for _ in range(samples):
         if sock is None:
             attempt, sock = _connect(result.address, result.port, ctx.cap_timeout(timeout_s))
@@ -468,7 +514,12 @@ def _measure(ctx: Context, result: TransportResult) -> TransportResult:
         finally:
             sock.close()
             sock = None
-    if target.scheme == "https":
+    return _finish(ctx, result, timeout_s)
+
+
+def _finish(ctx: Context, result: TransportResult, timeout_s: float) -> TransportResult:
+    """TLS handshakes (https), then what the probe client's own requests showed of connection reuse."""
+    if result.scheme == "https":
         context = _tls_context(ctx)
         for _ in range(TLS_SAMPLES):
             _tls_sample(result, context, ctx.cap_timeout(timeout_s))
