@@ -29,7 +29,7 @@ from llmdoctor.delivery import StreamShape
 from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming
 from llmdoctor.report import Phase
 
-__all__ = ["Clock", "Joined", "client_waterfall", "join"]
+__all__ = ["Clock", "Joined", "PROXY", "client_waterfall", "join", "with_proxy_hop"]
 
 
 class Clock:
@@ -44,6 +44,7 @@ class Clock:
 
 
 IN_FRONT = "in front of the model server"
+PROXY = "proxy"
 HELD = "delivery (held on the way)"
 _LABELS = {
     ClockKind.VALIDATION: ("validation", "tokenization and checks before queueing"),
@@ -281,3 +282,37 @@ def _result(phases: list[Phase], m: _Marks, in_front: float | None, streamed: bo
         queue_ms=by_name.get("queue"), prefill_ms=prefill, anchor=anchor,
         sources=list(dict.fromkeys(p.source for p in phases if p.source)), notes=list(dict.fromkeys(notes)),
     )
+
+
+#: The phases a proxy's measured cost is taken from, in order: it sits in front of the server, so it is
+#: part of the time in front where a server clock split that off, else of the client's wait for the
+#: headers (a proxy that answers only once it has the upstream's headers), else of the set-up.
+_PROXY_FROM = (IN_FRONT, "wait for headers", "wait for first token", "connection set-up")
+
+
+def with_proxy_hop(phases: list[Phase], cost_ms: float, proxy: str, per: str = "request") -> list[Phase]:
+    """`phases` with a "proxy" hop of `cost_ms` (measured through the proxy − around it) in front of the server.
+
+    It is taken out of the phases that hold it (`_PROXY_FROM`, never more than they hold), so the
+    phases still add up to the total; a cost paid per new connection comes out of the set-up only.
+    """
+    left = cost_ms
+    out = list(phases)
+    for name in (("connection set-up",) if per == "connection" else _PROXY_FROM):
+        i = next((k for k, p in enumerate(out) if p.name == name), None)
+        if i is None or left <= 0:
+            continue
+        take = min(left, out[i].ms)
+        if take <= 0:
+            continue
+        p = out[i]
+        out[i] = Phase(p.name, p.ms - take, p.note, p.clock, p.source)
+        at = next((k for k, q in enumerate(out) if q.name == PROXY), None)
+        if at is None:
+            out.insert(i, Phase(PROXY, take, f"{proxy}: measured through it − around it", Clock.INFERRED,
+                                "transport (raw requests through and around the proxy)"))
+        else:
+            q = out[at]
+            out[at] = Phase(q.name, q.ms + take, q.note, q.clock, q.source)
+        left -= take
+    return out

@@ -5,17 +5,18 @@ It never sends a request: it reads the results of the probes that ran
 rather than extra traffic. The waterfall is the client's, joined with the
 server's own clocks where the run has them (`llmdoctor.attribution`): the time
 in front of the model server, the server's queue and prefill, a stream held on
-the way. Each phase names its clock; the phases add up to the request's total.
+the way, and a proxy from the environment where the transport probe measured its
+cost. Each phase names its clock; the phases add up to the request's total.
 """
 
 from __future__ import annotations
 
-from llmdoctor.attribution import client_waterfall
+from llmdoctor.attribution import client_waterfall, with_proxy_hop
 from llmdoctor.context import Results
 from llmdoctor.options import Options
 from llmdoctor.probes.attribution import AttributionResult, attribute
 from llmdoctor.probes.baseline import BaselineResult
-from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, DISCOVERY, NATIVE_TIMINGS, SERVER_METRICS, SWEEP
+from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, DISCOVERY, NATIVE_TIMINGS, SERVER_METRICS, SWEEP, TRANSPORT
 from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.report import Breakdown, Phase
 
@@ -46,12 +47,17 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     if base is None or not any(s.ok and s.total_ms is not None for s in base.samples):
         return None
     joined = _attribution(results, base).typical
+    phases = joined.phases
+    transport = results.get(TRANSPORT)
+    path = transport.proxy_path if transport is not None else None
+    if path is not None and path.cost_ms:  # the proxy in the path, measured: a hop of its own
+        phases = with_proxy_hop(phases, path.cost_ms, path.proxy, path.per)
     discovery = results.get(DISCOVERY)
     first: RequestTiming | None = discovery.models_timing if discovery is not None else None
     breakdown = Breakdown(
         label=f'median "Say ok." request ({base.samples_note()}, max_tokens {base.max_tokens})',
         total_ms=joined.total_ms,
-        phases=joined.phases,
+        phases=phases,
         new_connection_ms=first.setup_ms if first is not None and not first.reused_connection else None,
         ttft_p50_ms=base.ttft_p50_ms,
         ttft_p90_ms=base.ttft_p90_ms,

@@ -1,0 +1,97 @@
+"""A real proxy from the environment (Debian's tinyproxy) behind a slow hop: measured, attributed, fixed.
+
+Issue 25: with ``HTTP_PROXY`` naming a proxy ~200 ms away while the endpoint is near, LD409 said
+"requests go through a proxy" with no cost, the ~200 ms stayed an unexplained fixed cost (LD702), and
+the round-trip probe connected straight to the endpoint, around the proxy. Here the path is
+client → delaying relay (tests/delayproxy.py: one round trip of set-up and one per exchange, ~200 ms
+for one request on a fresh connection) → tinyproxy 1.11 (which closes every client connection) →
+the simulator on loopback. The control is the same with ``NO_PROXY`` covering the endpoint: no proxy
+finding, no proxy hop in the waterfall, nothing through the relay. The environment of the child is set
+explicitly (every proxy variable of this shell removed first), so the test never depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmdoctor.sim.profiles import get_profile
+from llmdoctor.sim.server import SimServer
+from tests.cliutil import validate_report
+from tests.delayproxy import DelayProxy
+from tests.tinyproxy import Tinyproxy
+
+pytestmark = pytest.mark.slow
+
+ONE_WAY_S = 0.05
+#: What one request through the relay costs on a fresh connection: its set-up round trip, then one exchange.
+INJECTED_MS = 4 * ONE_WAY_S * 1000
+
+
+def _env(**proxies: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    return {**clean, **proxies}
+
+
+def _check(url: str, env: dict[str, str]) -> dict:
+    # A short typical answer (8 tokens) makes the fixed cost the larger share, so LD702 has something to say.
+    proc = subprocess.run([sys.executable, "-m", "llmdoctor", "check", "-e", url, "--json",
+                           "--typical-output-tokens", "8"], capture_output=True, text=True, timeout=240, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert proc.stdout, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    validate_report(report)
+    return report
+
+
+def _every(report: dict) -> list[dict]:
+    return [g for f in report["findings"] for g in (f, *f["supporting"])]
+
+
+def _outcome(report: dict, check_id: str) -> dict:
+    return next(c for c in report["checks"] if c["check_id"] == check_id)
+
+
+@pytest.fixture
+def path():
+    with SimServer(get_profile("healthy")) as sim, Tinyproxy() as proxy, \
+            DelayProxy(("127.0.0.1", proxy.port), one_way_s=ONE_WAY_S) as relay:
+        yield sim, proxy, relay
+
+
+def test_a_slow_proxy_is_measured_named_and_explains_the_fixed_cost(path) -> None:
+    sim, proxy, relay = path
+    report = _check(sim.url, _env(HTTP_PROXY=f"http://127.0.0.1:{relay.port}"))
+    assert relay.connections > 0, proxy.log_tail()
+    top = {f["check_id"]: f for f in report["findings"]}
+    assert "LD409" in top, report["findings"]
+    ld409 = top["LD409"]
+    own = ld409["own_impact_ms"] if ld409["own_impact_ms"] is not None else ld409["impact_ms"]
+    # Noise only adds latency: the measured cost is at least most of what the relay injects, and not a multiple.
+    assert 0.8 * INJECTED_MS <= own <= 2 * INJECTED_MS, ld409
+    assert ld409["cause"] == "gateway_overhead" and ld409["frequency"] == "every_request"
+    assert "on every request" in ld409["message"] and "closes every connection" in ld409["message"]
+    assert any("NO_PROXY" in step for step in ld409["fix"]["steps"])
+    # The fixed cost is the proxy's: when LD702 finds it, it is listed under LD409, never on its own.
+    assert "LD702" not in top
+    ld702 = _outcome(report, "LD702")
+    if ld702["status"] == "failed":
+        assert "listed under LD409" in ld702["reason"], ld702
+    # The waterfall has the proxy as a hop of its own, in front of the server.
+    phases = {p["name"]: p["ms"] for p in report["breakdown"]["phases"]}
+    assert "proxy" in phases and phases["proxy"] >= 0.8 * INJECTED_MS, phases
+
+
+def test_no_proxy_covering_the_endpoint_has_no_proxy_finding_and_no_proxy_cost(path) -> None:
+    sim, _, relay = path
+    report = _check(sim.url, _env(HTTP_PROXY=f"http://127.0.0.1:{relay.port}", NO_PROXY="127.0.0.1"))
+    assert relay.connections == 0  # nothing, not even the round-trip probe, went through the proxy
+    assert "LD409" not in [f["check_id"] for f in _every(report)]
+    assert _outcome(report, "LD409")["status"] == "passed"
+    assert "proxy" not in [p["name"] for p in report["breakdown"]["phases"]]
+    # A fixed cost the run may still find (a busy host) is not the ~200 ms the proxy would have added.
+    assert all(f["impact_ms"] < 0.8 * INJECTED_MS for f in _every(report) if f["check_id"] == "LD702"), report
