@@ -11,13 +11,12 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.clocks import judge
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.limits import QUEUEING_LIMITS
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.timing import ClockKind
 from llmdoctor.queue_wait import MIN_QUEUE_MS, waits_by_queue
-
-QUEUE_SHARE = 0.2
 
 
 class QueueBuilding(Check):
@@ -110,7 +109,8 @@ class QueueBuilding(Check):
             # a server-wide mean: at most all of our mean TTFT (a mean, as the histogram's is)
             ratio = min(queue_ms, our_ttft_ms) / our_ttft_ms
         deep = waiting is not None and waiting >= 1 and waiting > (running or 0)
-        slow = queue_ms is not None and queue_ms >= MIN_QUEUE_MS and (ratio is None or ratio >= QUEUE_SHARE)
+        slow = queue_ms is not None and queue_ms >= MIN_QUEUE_MS and (
+            ratio is None or ratio >= QUEUEING_LIMITS.finding_share)
         if not (deep or slow):
             return
         evidence = [Evidence("backend", m.backend, "", m.url)]

@@ -8,11 +8,12 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.limits import KV_CACHE_LIMITS
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
 
-HIGH_USAGE = 0.90
-FULL_USAGE = 0.98
+HIGH_USAGE = KV_CACHE_LIMITS.high_usage  # the diagnosis reads the same number
+FULL_USAGE = KV_CACHE_LIMITS.full_usage
 
 
 class KvCachePressure(Check):

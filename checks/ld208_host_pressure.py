@@ -8,10 +8,11 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.limits import HOST_PRESSURE_LIMITS
 from llmdoctor.probes.catalog import HOST
 from llmdoctor.probes.host import CpuConsumer, HostResult
 
-CPU_BUSY_PCT = 90.0
+CPU_BUSY_PCT = HOST_PRESSURE_LIMITS.busy_cpu_pct  # the diagnosis reads the same number
 MEM_AVAILABLE_MIN = 0.10
 SWAP_USED_PCT = 10.0
 NAMED_CONSUMERS = 3

@@ -7,12 +7,10 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
+from llmdoctor.limits import COLD_START_LIMITS
 from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
-
-# A penalty counts beyond measures.cold_start_noise_ms; from this one on it is a warning.
-WARNING_PENALTY_MS = 1000.0
 
 
 class ColdStart(Check):
@@ -61,7 +59,7 @@ class ColdStart(Check):
         penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
         if penalty < cold_start_noise_ms(warm_p50, warm_p90):
             return
-        severity = Severity.WARNING if penalty >= WARNING_PENALTY_MS else Severity.INFO
+        severity = Severity.WARNING if penalty >= COLD_START_LIMITS.warning_ms else Severity.INFO
         confidence = Confidence.HIGH if len(base.ok_samples) >= 5 else Confidence.MEDIUM
         yield Finding(
             severity,
@@ -69,15 +67,7 @@ class ColdStart(Check):
             f"Cold start: first request {penalty:,.0f} ms slower than warm",
             f"The first request waited {first_ttft:,.0f} ms for its first token (connection set-up "
             f"excluded); warm requests wait {warm_p50:,.0f} ms (median of {len(base.ok_samples)}).",
-            Fix(
-                "Keep the instance warm and warm it up before it takes traffic.",
-                (
-                    "Run at least one replica (no scale-to-zero) for latency-critical paths.",
-                    "Send a warm-up generation right after start-up, before the health check turns ready.",
-                    "Use quantized weights (GGUF INT4/INT8, AWQ, GPTQ) to cut load time.",
-                    "Raise keep-alive so idle models are not unloaded (Ollama: OLLAMA_KEEP_ALIVE).",
-                ),
-            ),
+            Cause.COLD_START.fix,
             cause=Cause.COLD_START,
             impact_ms=penalty,
             frequency=Frequency.COLD_START,

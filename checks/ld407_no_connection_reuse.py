@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
+from llmdoctor.limits import NO_KEEPALIVE_LIMITS
 from llmdoctor.probes.catalog import TRANSPORT
-
-MIN_COST_MS = 1.0
 
 
 class NoConnectionReuse(Check):
@@ -55,7 +54,7 @@ class NoConnectionReuse(Check):
             return
         costs = [c for c in (ka.handshake_p50_ms, tr.new_connection_ms) if c is not None]
         cost = max(costs) if costs else None
-        if cost is None or cost < MIN_COST_MS:
+        if cost is None or cost < NO_KEEPALIVE_LIMITS.min_cost_ms:
             return
         who = "the server closes every connection (Connection: close)" if ka.server_close_header else (
             "no request could reuse a connection")
@@ -83,11 +82,5 @@ class NoConnectionReuse(Check):
             frequency=Frequency.EVERY_REQUEST,
             impact_basis="connect (+TLS) handshake per request",
             evidence=tuple(evidence),
-            fix=Fix(
-                "Enable keep-alive on the server and reuse one client",
-                (
-                    "Server/proxy: turn on HTTP keep-alive (nginx `keepalive_timeout`, upstream `keepalive`).",
-                    "Client: one long-lived httpx.Client / requests.Session / aiohttp.ClientSession per process.",
-                ),
-            ),
+            fix=Cause.NO_KEEPALIVE.fix,
         )

@@ -8,9 +8,8 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.limits import QUEUEING_LIMITS
 from llmdoctor.probes.catalog import CONCURRENCY
-
-SLOWDOWN = 1.5
 
 
 class ConcurrencyQueueing(Check):
@@ -52,7 +51,7 @@ class ConcurrencyQueueing(Check):
     def run(self, ctx: Context) -> Iterator[Finding]:
         cr = ctx.get(CONCURRENCY)
         slowdown, single, parallel = cr.slowdown, cr.single_p50_ms, cr.parallel_p50_ms
-        if slowdown is None or single is None or parallel is None or slowdown < SLOWDOWN:
+        if slowdown is None or single is None or parallel is None or slowdown < QUEUEING_LIMITS.slowdown:
             return
         eff = cr.effective_parallelism
         serial = eff is not None and eff < 1.5
@@ -74,6 +73,7 @@ class ConcurrencyQueueing(Check):
                 Evidence("effective parallelism", None if eff is None else round(eff, 2), "", "concurrency"),
                 Evidence("max in flight", cr.max_in_flight, "", "concurrency"),
             ),
+            # its own fix, not the cause's: a wait at N may be the client's pool cap, which LD503 alone can see
             fix=Fix(
                 "Give the server more parallel slots, or check the client pool",
                 (

@@ -8,12 +8,11 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.decode import server_decode, stream_decode
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
+from llmdoctor.limits import SLOW_DECODE_LIMITS
 from llmdoctor.noise import timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SERVER_METRICS, SWEEP
 from llmdoctor.stats import LinearFit
-
-SLOW_TOKEN_MS = 40.0  # 25 tokens/s: slower than people read
 
 
 class _BelowThreshold(Exception):
@@ -115,7 +114,7 @@ class DecodeSpeed(Check):
         if server is not None and fit is not None:
             evidence.append(Evidence("per output token (server inter-token histogram)",
                                      round(server.per_token_ms, 2), "ms", server.source))
-        if per_token < SLOW_TOKEN_MS:
+        if per_token < SLOW_DECODE_LIMITS.warning_token_ms:
             return
         typical = ctx.options.workload.typical_output_tokens
         yield Finding(
@@ -124,15 +123,7 @@ class DecodeSpeed(Check):
             f"Slow decode: {per_token:.0f} ms per output token ({1000 / per_token:.0f} tokens/s)",
             f"Each output token costs {per_token:.1f} ms by {where}: a {typical}-token answer spends "
             f"{per_token * typical:,.0f} ms decoding.",
-            Fix(
-                "Make each token cheaper, or generate fewer.",
-                (
-                    "Use a quantized or smaller model, or a GPU with more memory bandwidth.",
-                    "Lower concurrent sequences per GPU (vLLM --max-num-seqs) if latency matters more than "
-                    "throughput; enable speculative decoding where supported.",
-                    "Cap max_tokens and add stop sequences for short answers.",
-                ),
-            ),
+            Cause.SLOW_DECODE.fix,
             cause=Cause.SLOW_DECODE,
             impact_ms=per_token * typical,
             frequency=Frequency.EVERY_REQUEST,
@@ -159,7 +150,7 @@ def _usable_fit(ctx: Context) -> tuple[LinearFit | None, str, bool]:
                       "per-token cost is drawn from mixed samples"), True
     if not fit.per_token_determined:
         interval = fit.per_token_interval
-        if interval is not None and interval[1] < SLOW_TOKEN_MS:
+        if interval is not None and interval[1] < SLOW_DECODE_LIMITS.warning_token_ms:
             raise _BelowThreshold
         return None, f"the flat-latency fit does not settle it: {fit.note()}", False
     if fit.per_token_ms <= 0:

@@ -10,7 +10,7 @@ from llmdoctor.context import Context
 from llmdoctor.diagnosis.hypotheses import BY_ID
 from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.diagnosis.scoring import DECISIVE
-from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
 from llmdoctor.probes.catalog import DIAGNOSIS, FOLLOWUP_IDLE, IDLE
 
 
@@ -79,7 +79,7 @@ class ConfirmedCause(Check):
                 f"Confirmed cause: {h.title.lower()}",
                 f"{d.symptom}. After {tests} follow-up test(s) ({d.spent_requests} requests): {chain}. "
                 f"Ruled out: {refuted}.",
-                Fix(spec.fix, spec.steps),
+                spec.fix,
                 impact_ms=h.impact_ms,
                 frequency=_frequency(d, h.id, spec.cause.spec.frequency),
                 cause=spec.cause,

@@ -20,18 +20,40 @@ when it knows better, and the ranking uses the expected cost per request.
 
 The ids are the strings of the JSON ``cause`` / ``symptom`` fields: stable, never renamed (a new one
 is a schema minor version).
+
+Each cause owns, once, what the checklist checks and the differential diagnosis both read of it: its
+remedy (`CauseSpec.fix`) and its thresholds (`CauseSpec.limits`: one frozen `llmdoctor.limits.Limits`
+per cause, such as ``SLOW_DECODE_LIMITS``). Where a check and the diagnosis judge the same cause with
+different numbers, both numbers live in the one `Limits`, whose docstring says why they differ
+(``docs/causes.md``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+
+from llmdoctor.limits import (
+    COLD_START_LIMITS,
+    GATEWAY_OVERHEAD_LIMITS,
+    HOST_PRESSURE_LIMITS,
+    KV_CACHE_LIMITS,
+    NO_KEEPALIVE_LIMITS,
+    PREFILL_LIMITS,
+    PREFIX_CACHE_LIMITS,
+    QUEUEING_LIMITS,
+    SERVER_FLOOR_LIMITS,
+    SLOW_DECODE_LIMITS,
+    SLOW_NETWORK_LIMITS,
+    Limits,
+)
 
 __all__ = [
     "Cause",
     "CauseSpec",
     "CAUSES",
     "EXPLAINS_SHARE",
+    "Fix",
     "Frequency",
     "Kind",
     "Symptom",
@@ -183,16 +205,36 @@ class Cause(str, Enum):
         """How the report names the cause: its title (``title`` would shadow `str.title`)."""
         return CAUSES[self].title
 
+    @property
+    def fix(self) -> Fix:
+        """The cause's remedy (`CauseSpec.fix`); `LookupError` for a cause that has none of its own."""
+        fix = CAUSES[self].fix
+        if fix is None:
+            raise LookupError(f"cause {self.value!r} has no fix of its own: its findings say theirs")
+        return fix
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What to change: a one-line summary and concrete steps (``llmdoctor.findings`` re-exports it)."""
+
+    summary: str
+    steps: tuple[str, ...] = ()
+
 
 @dataclass(frozen=True)
 class CauseSpec:
-    """One cause: its title, its kind and the symptoms it can explain."""
+    """One cause: its title, its kind, the symptoms it can explain, its remedy and its thresholds."""
 
     title: str
     kind: Kind
     explains: frozenset[Symptom] = frozenset()
     #: How often the traffic pays it, when the finding does not say.
     frequency: Frequency = Frequency.EVERY_REQUEST
+    #: The remedy, when one fits every finding of the cause (the diagnosis's, and checks that share it).
+    fix: Fix | None = None
+    #: The thresholds the checks and the diagnosis judge it by (None: no shared number).
+    limits: Limits | None = None
 
     def can_explain(self, symptom: Symptom) -> bool:
         """True when a measurement of `symptom` may be this cause showing."""
@@ -214,8 +256,7 @@ _PER_REQUEST = (_S.HIGH_FLOOR, _S.FIXED_COST, _S.SLOW_FIRST_TOKEN)
 # Waiting for a busy server: the same, and identical requests wait differently long.
 _WAITING = (*_PER_REQUEST, _S.UNSTABLE_FLOOR)
 
-#: Every cause, in the order `Cause` lists them. The hypotheses' titles are these titles.
-CAUSES: dict[Cause, CauseSpec] = {
+_TABLE: dict[Cause, CauseSpec] = {
     Cause.COLD_START: _latency("Cold start / scale-to-zero", paid=Frequency.COLD_START),
     Cause.QUEUEING: _latency("Queueing at the server", *_WAITING, paid=Frequency.UNDER_LOAD),
     Cause.SERVER_FLOOR: _latency("Fixed per-request server overhead (slow floor)", *_PER_REQUEST),
@@ -249,6 +290,94 @@ CAUSES: dict[Cause, CauseSpec] = {
     Cause.OVERSIZED_PROMPT: _failure("Prompt does not fit the context window"),
     Cause.MALFORMED_REQUEST: _failure("Malformed chat request"),
     Cause.CLIENT_LIMITS: _failure("Client limits (open files, ephemeral ports)", paid=Frequency.UNDER_LOAD),
+}
+
+_FIXES: dict[Cause, Fix] = {
+    Cause.QUEUEING: Fix(
+        "Give the server more parallel capacity, or send it less at once.",
+        ("Raise the batch/concurrency limit (vLLM --max-num-seqs, TGI --max-batch-total-tokens, "
+         "llama.cpp --parallel) if memory allows; use a continuous-batching backend.",
+         "Add replicas behind the load balancer, or rate-limit and smooth bursts on the client.",
+         "Watch the queue (vllm:num_requests_waiting, request_queue_time_seconds) after the change.")),
+    Cause.LONG_PREFILL: Fix(
+        "Make prompt tokens cheaper, or send fewer of them.",
+        ("Trim the prompt: shorter system prompt, fewer few-shot examples, retrieved context cut to what helps.",
+         "Enable prefix caching (vLLM --enable-prefix-caching) so shared prefixes are computed once.",
+         "Use chunked prefill, a faster GPU or a smaller/quantized model for latency-critical paths.")),
+    Cause.SLOW_DECODE: Fix(
+        "Make each output token cheaper, or generate fewer.",
+        ("Use a quantized or smaller model, or a GPU with more memory bandwidth.",
+         "Lower concurrent sequences per GPU (vLLM --max-num-seqs) if latency matters more than throughput; "
+         "enable speculative decoding where supported.",
+         "Cap max_tokens and add stop sequences for short answers.")),
+    Cause.COLD_START: Fix(
+        "Keep the model loaded and warm, and warm it up before it takes traffic.",
+        ("Keep a minimum of one warm replica (no scale to zero) for latency-critical paths.",
+         "Send a warm-up generation right after each start or deploy, before the health check turns ready.",
+         "Raise keep-alive so idle models are not unloaded (Ollama: OLLAMA_KEEP_ALIVE, keep_alive).",
+         "Cut load time: quantized weights (GGUF INT4/INT8, AWQ, GPTQ), a local NVMe cache of the weights, "
+         "pre-compiled kernels.")),
+    Cause.NO_KEEPALIVE: Fix(
+        "Enable keep-alive on the server and reuse one client.",
+        ("Server/proxy: turn on HTTP keep-alive (nginx `keepalive_timeout`, upstream `keepalive`); no "
+         "'Connection: close', idle timeouts longer than the gaps between requests.",
+         "Client: one long-lived httpx.Client / requests.Session / aiohttp.ClientSession per process, with a "
+         "connection pool, not one per request.")),
+    Cause.SLOW_NETWORK: Fix(
+        "Bring the client and the server closer, or pay the round trip less often.",
+        ("Deploy the client in the server's region/zone; avoid hair-pinning through distant gateways.",
+         "Stream, reuse connections and batch small requests so round trips are paid less often.")),
+    Cause.SERVER_FLOOR: Fix(
+        "Find and cut the fixed work done on every request.",
+        ("Profile the serving stack: gateway/auth hops, tokenization, scheduler tick, CPU-bound pre/post-processing.",
+         "Check the server is not saturated (GPU/CPU pinned, other tenants); a continuous-batching backend "
+         "schedules new requests without waiting for a batch.",
+         "Merge small requests or cache frequent answers: a fixed cost is paid per request.")),
+    Cause.PREFIX_CACHE_MISS: Fix(
+        "Enable prefix caching and keep shared prompt prefixes identical.",
+        ("vLLM --enable-prefix-caching; SGLang RadixAttention is on by default; llama.cpp cache_prompt.",
+         "Put the stable part of the prompt (system prompt, tools, documents) first and byte-identical.")),
+    Cause.REPLICA_IMBALANCE: Fix(
+        "Find the slow replica, then fix or drain it; balance on load, not in turn.",
+        ("Compare the replicas' own metrics (GPU, queue, KV usage) and versions: same model, quantization, "
+         "hardware and flags on each.",
+         "Balance by least connections or latency (nginx least_conn, haproxy balance leastconn) and add "
+         "health checks that take a slow replica out.",
+         "Send a few requests to each replica directly (by address) to confirm which one is slow.")),
+    Cause.HOST_PRESSURE: Fix(
+        "Give the server (and the client) CPU headroom.",
+        ("Stop or move the processes competing for the CPU (LD208 names them); add cores.",
+         "Run the diagnosis from a host that is not saturated: a busy client times its own stalls too.")),
+    Cause.KV_CACHE_PRESSURE: Fix(
+        "Give the KV cache room, or admit fewer long sequences at once.",
+        ("vLLM: raise --gpu-memory-utilization, lower --max-num-seqs or --max-model-len; use a smaller KV "
+         "dtype (--kv-cache-dtype fp8) where supported.",
+         "Cap max_tokens so sequences do not grow the cache without need; add replicas.")),
+    Cause.GATEWAY_OVERHEAD: Fix(
+        "Find what the gateway in front of the model does on every request.",
+        ("Compare the client's time with the server's own (its metrics, its timing headers): the difference "
+         "is spent in front of the model (auth, routing, buffering, a distant hop).",
+         "Keep connections to the upstream alive (nginx keepalive + proxy_http_version 1.1); turn off "
+         "response buffering for streams (proxy_buffering off).")),
+}
+
+_LIMITS: dict[Cause, Limits] = {
+    Cause.COLD_START: COLD_START_LIMITS,
+    Cause.QUEUEING: QUEUEING_LIMITS,
+    Cause.SLOW_DECODE: SLOW_DECODE_LIMITS,
+    Cause.SERVER_FLOOR: SERVER_FLOOR_LIMITS,
+    Cause.LONG_PREFILL: PREFILL_LIMITS,
+    Cause.PREFIX_CACHE_MISS: PREFIX_CACHE_LIMITS,
+    Cause.SLOW_NETWORK: SLOW_NETWORK_LIMITS,
+    Cause.NO_KEEPALIVE: NO_KEEPALIVE_LIMITS,
+    Cause.GATEWAY_OVERHEAD: GATEWAY_OVERHEAD_LIMITS,
+    Cause.HOST_PRESSURE: HOST_PRESSURE_LIMITS,
+    Cause.KV_CACHE_PRESSURE: KV_CACHE_LIMITS,
+}
+
+#: Every cause, in the order `Cause` lists them. The hypotheses' titles and fixes are these.
+CAUSES: dict[Cause, CauseSpec] = {
+    cause: replace(spec, fix=_FIXES.get(cause), limits=_LIMITS.get(cause)) for cause, spec in _TABLE.items()
 }
 
 #: The gate's metrics (``--slo``, ``--compare``) and the symptom a breach or regression of each shows.

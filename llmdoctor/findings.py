@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from llmdoctor.causes import Cause, Frequency, Symptom
+from llmdoctor.causes import Cause, Fix, Frequency, Symptom
 
 __all__ = ["Severity", "Confidence", "Evidence", "Fix", "Finding", "Frequency", "NEGLIGIBLE_MS"]
 
@@ -62,14 +62,6 @@ class Evidence:
     source: str = ""
     sensitive: bool = False
     statistic: bool = False
-
-
-@dataclass(frozen=True)
-class Fix:
-    """What to change: a one-line summary and concrete steps."""
-
-    summary: str
-    steps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

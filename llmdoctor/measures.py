@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from llmdoctor.findings import Confidence
 from llmdoctor.gate import sample_confidence
+from llmdoctor.limits import COLD_START_LIMITS
 from llmdoctor.probes.baseline import BaselineResult, SweepResult
 from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
 from llmdoctor.stats import percentile, robust_fit
 
 __all__ = ["Measured", "measure", "samples", "fit_replicates", "compare_runs", "cold_start_noise_ms",
-           "cold_start_penalty_ms", "MIN_COLD_START_PENALTY_MS", "REGRESSION_METRICS"]
+           "cold_start_penalty_ms", "REGRESSION_METRICS"]
 
 # Metrics compared between a baseline file and this run, with what they are.
 REGRESSION_METRICS: dict[str, str] = {
@@ -30,16 +31,13 @@ REGRESSION_METRICS: dict[str, str] = {
 }
 
 
-#: A cold-start penalty counts only beyond this floor (and beyond the warm samples' noise).
-MIN_COLD_START_PENALTY_MS = 100.0
-
-
 def cold_start_noise_ms(warm_p50_ms: float, warm_p90_ms: float) -> float:
-    """The largest first-request penalty the warm samples explain: 100 ms, the warm median, or 3 × (p90 - p50).
+    """The largest first-request penalty the warm samples explain: the floor
+    (`ColdStartLimits.noise_floor_ms`, 100 ms), the warm median, or 3 × (p90 - p50).
 
     A `cold_start_penalty_ms` below it is no evidence of a cold start (LD301 and LD302 both read it so).
     """
-    return max(MIN_COLD_START_PENALTY_MS, warm_p50_ms, 3 * (warm_p90_ms - warm_p50_ms))
+    return max(COLD_START_LIMITS.noise_floor_ms, warm_p50_ms, 3 * (warm_p90_ms - warm_p50_ms))
 
 
 def cold_start_penalty_ms(first_ttft_ms: float, first_setup_ms: float, warm_ttft_ms: float) -> float:

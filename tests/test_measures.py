@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from llmdoctor.costs import distribution
-from llmdoctor.measures import MIN_COLD_START_PENALTY_MS, cold_start_noise_ms, cold_start_penalty_ms
+from llmdoctor.limits import COLD_START_LIMITS
+from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.stats import percentile
 
 
@@ -17,7 +18,8 @@ def test_cold_start_penalty_excludes_the_first_connection_set_up() -> None:
 
 def test_cold_start_noise_is_the_floor_the_warm_median_or_three_spreads() -> None:
     """LD301 and LD302 count a penalty only beyond what the warm samples' noise explains."""
-    assert cold_start_noise_ms(40.0, 45.0) == MIN_COLD_START_PENALTY_MS  # a fast, steady server: the floor
+    # a fast, steady server: the floor
+    assert cold_start_noise_ms(40.0, 45.0) == COLD_START_LIMITS.noise_floor_ms == 100.0
     assert cold_start_noise_ms(360.0, 380.0) == 360.0  # a slow one: its own median
     assert cold_start_noise_ms(100.0, 250.0) == 450.0  # a jittery one: three times its p90 - p50 spread
 

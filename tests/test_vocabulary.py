@@ -6,13 +6,17 @@ The differential diagnosis names causes by `Cause`, never by bare strings: a typ
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from llmdoctor.causes import Cause
+from llmdoctor.causes import CAUSES, Cause
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts, first_pass
 from llmdoctor.diagnosis.hypotheses import BY_ID, HYPOTHESES
 from llmdoctor.diagnosis.model import Diagnosis, HypothesisState, HypothesisStatus, Observation, Update
 from llmdoctor.diagnosis.planner import EXCLUSION_RIVALS, EXPLAINED_BY
+from llmdoctor.limits import COLD_START_LIMITS, QUEUEING_LIMITS, SLOW_DECODE_LIMITS
 
 
 def _diagnosis() -> Diagnosis:
@@ -67,3 +71,54 @@ def test_every_cause_the_rules_name_is_a_hypothesis() -> None:
     for cause, _, _ in seen:
         assert type(cause) is Cause and cause in BY_ID
     assert all(type(c) is Cause and c in BY_ID for c in impacts)
+
+
+# -- one home per cause: its fix and its thresholds ----------------------------------------------------
+
+def test_every_hypothesis_has_its_causes_fix_and_the_checks_of_that_cause_show_the_same() -> None:
+    from llmdoctor.registry import load_registry
+    from tests.checkcases import case_files, load_case, run_case
+
+    for h in HYPOTHESES:
+        assert h.fix is h.cause.fix is CAUSES[h.cause].fix and h.fix.summary and h.fix.steps
+    registry = load_registry()
+    shown: dict[str, set[Cause]] = {}
+    for check_id in ("LD301", "LD407", "LD703", "LD720"):
+        check = registry.by_id(check_id)
+        assert check is not None
+        for path in case_files(check_id):
+            if load_case(path)["expect"]["status"] != "failed":
+                continue
+            for f in run_case(check, path).findings:
+                assert f.cause is not None and f.fix is f.cause.fix, (path.name, f.fix)
+                shown.setdefault(check_id, set()).add(f.cause)
+    assert {"LD301", "LD407", "LD703", "LD720"} <= set(shown), "every check fired in one of its cases"
+    with pytest.raises(LookupError):
+        Cause.SLOW_DNS.fix  # noqa: B018 - a cause without a shared fix says so, its findings say theirs
+
+
+def test_each_limits_belongs_to_one_cause_and_keeps_its_numbers() -> None:
+    owners = [(c, s.limits) for c, s in CAUSES.items() if s.limits is not None]
+    kinds = [type(limits) for _, limits in owners]
+    assert len(set(kinds)) == len(kinds), "one Limits per cause"
+    assert all(limits.__doc__ and f"Cause.{c.name}" in limits.__doc__ for c, limits in owners)
+    # Two systems, one home: where the checklist and the diagnosis judge differently, both numbers are here.
+    assert (SLOW_DECODE_LIMITS.warning_token_ms, SLOW_DECODE_LIMITS.slow_token_ms) == (40.0, 30.0)
+    assert QUEUEING_LIMITS.slowdown == 1.5 and COLD_START_LIMITS.noise_floor_ms == 100.0
+    assert CAUSES[Cause.SLOW_DECODE].limits is SLOW_DECODE_LIMITS
+
+
+def test_no_check_or_rule_of_a_shared_cause_keeps_a_number_of_its_own() -> None:
+    """The evidence rules and the checks that share a cause with them define no numeric constant: they read
+    `llmdoctor.limits` (a module constant that is a plain number would be a second home)."""
+    root = Path(__file__).resolve().parent.parent
+    files = ["llmdoctor/diagnosis/evidence.py", "checks/ld203_queue_building.py", "checks/ld301_cold_start.py",
+             "checks/ld407_no_connection_reuse.py", "checks/ld503_concurrency_queueing.py",
+             "checks/ld703_decode_speed.py"]
+    for name in files:
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        numbers = [t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   and isinstance(node.value, ast.Constant) and isinstance(node.value.value, (int, float))
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                   if isinstance(t, ast.Name)]
+        assert not numbers, (name, numbers)

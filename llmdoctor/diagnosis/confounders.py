@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.limits import HOST_PRESSURE_LIMITS, KV_CACHE_LIMITS
 from llmdoctor.noise import LAG_FACTOR, NOISY_LAG_MS
 from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.host import HostResult
@@ -40,10 +41,9 @@ __all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_m
 Seen = tuple[Cause, float, str]
 #: A follow-up's difference must be at least this many times the noise to count as decisive.
 NOISE_MULTIPLE = 3.0
-BUSY_CPU = 90.0
-CALM_CPU = 50.0
-KV_FULL = 0.9
-KV_ROOMY = 0.5
+#: A host this busy (CPU %) is saturated (LD208 reads the same number).
+BUSY_CPU = HOST_PRESSURE_LIMITS.busy_cpu_pct
+CALM_CPU = HOST_PRESSURE_LIMITS.calm_cpu_pct
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,10 @@ def first_pass_confounders(c: Confounders, waiting: float | None) -> tuple[list[
                         f"{waiting:.0f} requests waiting while requests were preempted"))
     elif c.kv_usage is not None:
         seen = f"KV cache {c.kv_usage:.0%} used at the scrapes"
-        if c.kv_usage >= KV_FULL:
+        if c.kv_usage >= KV_CACHE_LIMITS.high_usage:
             out.append((Cause.KV_CACHE_PRESSURE, STRONG, seen))
-        elif c.kv_usage <= KV_ROOMY and c.preemptions == 0:
+        elif c.kv_usage <= KV_CACHE_LIMITS.roomy_usage and c.preemptions == 0:
             out.append((Cause.KV_CACHE_PRESSURE, 1 / STRONG, f"{seen}, no preemption"))
-        elif c.kv_usage <= KV_ROOMY:
+        elif c.kv_usage <= KV_CACHE_LIMITS.roomy_usage:
             out.append((Cause.KV_CACHE_PRESSURE, 1 / WEAK, seen))
     return out, impacts

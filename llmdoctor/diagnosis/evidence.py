@@ -25,6 +25,17 @@ from llmdoctor.diagnosis.confounders import (
     noise_ms,
 )
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.limits import (
+    COLD_START_LIMITS,
+    GATEWAY_OVERHEAD_LIMITS,
+    NO_KEEPALIVE_LIMITS,
+    PREFILL_LIMITS,
+    PREFIX_CACHE_LIMITS,
+    QUEUEING_LIMITS,
+    SERVER_FLOOR_LIMITS,
+    SLOW_DECODE_LIMITS,
+    SLOW_NETWORK_LIMITS,
+)
 from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.noise import explained_by_lag
 from llmdoctor.probes.catalog import (
@@ -69,20 +80,16 @@ Seen = tuple[Cause, float, str]
 #: hypothesis -> (impact ms, basis)
 Impacts = dict[Cause, tuple[float, str]]
 
-FLOOR_MS = 150.0          # a warm "Say ok." first token slower than this is a floor worth explaining
-LOW_FLOOR_MS = 80.0       # below this there is no floor to explain
-SLOW_TOKEN_MS = 30.0      # decode slower than this per token is slow (33 tokens/s)
-FAST_TOKEN_MS = 15.0
-SLOW_PREFILL_MS = 0.5     # per prompt token: a 1,000-token prompt adds 0.5 s
-FAST_PREFILL_MS = 0.2
-PREFILL_TOKENS = 1000     # prompt size the prefill impact is quoted for
-CACHE_WORTH_MS = 100.0    # a prefix cache saving less than this on such a prompt is no cause of latency
-SLOW_RTT_MS = 50.0
-FAST_RTT_MS = 5.0
-QUEUE_SLOWDOWN = 1.5      # worst of N parallel over a lone request
-NO_SLOWDOWN = 1.2
-SERIAL_SPREAD = 0.35       # parallel requests finishing this far apart (× a lone one) were served in turn
-PARALLEL_SPREAD = 0.15
+# Each cause's thresholds live with the cause (`llmdoctor.causes`), shared with the checks of that cause.
+COLD = COLD_START_LIMITS
+QUEUE = QUEUEING_LIMITS
+FLOOR = SERVER_FLOOR_LIMITS
+DECODE = SLOW_DECODE_LIMITS
+PREFILL_AT = PREFILL_LIMITS
+CACHE = PREFIX_CACHE_LIMITS
+NET = SLOW_NETWORK_LIMITS
+KEEPALIVE = NO_KEEPALIVE_LIMITS
+GATEWAY = GATEWAY_OVERHEAD_LIMITS
 
 
 @dataclass
@@ -210,7 +217,7 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     if f.first_ttft_ms is not None:
         penalty = cold_start_penalty_ms(f.first_ttft_ms, f.first_setup_ms, warm)
         seen = f"first request {f.first_ttft_ms:,.0f} ms vs warm {warm:,.0f} ms"
-        if penalty <= max(50.0, 0.5 * warm):
+        if COLD.not_slower(penalty, warm):
             # Before the lag: a stall of llmdoctor's own only makes the first request look slower.
             out.append((Cause.COLD_START, 1 / WEAK, f"{seen}: not slower"))
         elif explained_by_lag(penalty, f.first_lag_ms):
@@ -218,22 +225,23 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         elif f.first_queue is not None:
             out.append((Cause.COLD_START, 1 / WEAK, f"{seen}: {f.first_queue}"))
             out.append((Cause.QUEUEING, WEAK, f"{seen}: {f.first_queue}"))
-        elif penalty >= max(1000.0, 3 * warm) and f.first_setup_ms < penalty:
+        elif penalty >= max(COLD.decisive_ms, COLD.decisive_multiple * warm) and f.first_setup_ms < penalty:
             out.append((Cause.COLD_START, DECISIVE, f"{seen}: a one-time {penalty:,.0f} ms, not connection set-up"))
-        elif penalty >= max(200.0, 2 * warm):
+        elif penalty >= max(COLD.strong_ms, COLD.strong_multiple * warm):
             out.append((Cause.COLD_START, STRONG, f"{seen}: {penalty:,.0f} ms more"))
         if penalty > 0:
             impacts[Cause.COLD_START] = (penalty, "first request minus warm median, time to first token")
     if c.split is not None:
         pass  # mixed samples: their median is no request's floor, their spread no queue
-    elif warm >= FLOOR_MS:
+    elif warm >= FLOOR.floor_ms:
         out.append((Cause.SERVER_FLOOR, WEAK, f"warm time to first token {warm:,.0f} ms for a 3-word prompt"))
         out.append((Cause.QUEUEING, WEAK, f"warm time to first token {warm:,.0f} ms: waiting is one explanation"))
-    elif warm < LOW_FLOOR_MS:
+    elif warm < FLOOR.no_floor_ms:
         out.append((Cause.SERVER_FLOOR, 1 / DECISIVE, f"warm time to first token only {warm:,.0f} ms: no floor"))
     impacts[Cause.SERVER_FLOOR] = (warm, 'warm "Say ok." time to first token')
     spread = f.ttft_p90_ms - warm
-    if c.split is None and not _busy_host(c) and warm > 0 and f.ttft_p90_ms >= 1.5 * warm and spread >= 30:
+    if c.split is None and not _busy_host(c) and warm > 0 and (
+            f.ttft_p90_ms >= QUEUE.jitter_ratio * warm and spread >= QUEUE.min_wait_ms):
         out.append((Cause.QUEUEING, WEAK,
                     f"time to first token varies: p90 {f.ttft_p90_ms:,.0f} vs p50 {warm:,.0f} ms"))
     preempted = c.preemptions is not None and c.preemptions > 0
@@ -244,13 +252,13 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
     impacts.update(impacts_c)
     if f.decode_ms is not None:
         seen = f"{f.decode_ms:.1f} ms per output token in the baseline's stream"
-        if f.decode_ms >= SLOW_TOKEN_MS:
+        if f.decode_ms >= DECODE.slow_token_ms:
             out.append((Cause.SLOW_DECODE, STRONG, seen))
-        elif f.decode_ms <= FAST_TOKEN_MS:
+        elif f.decode_ms <= DECODE.fast_token_ms:
             out.append((Cause.SLOW_DECODE, 1 / STRONG, seen))
         impacts[Cause.SLOW_DECODE] = (f.decode_ms * f.typical_output_tokens,
                                       f"baseline ms per token × a typical {f.typical_output_tokens}-token answer")
-    if f.fresh + f.reused >= 3:
+    if f.fresh + f.reused >= KEEPALIVE.min_requests:
         if f.reused == 0:
             out.append((Cause.NO_KEEPALIVE, STRONG, f"none of {f.fresh} baseline requests reused a connection"))
         elif f.reused >= f.fresh:
@@ -260,9 +268,9 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         impacts[Cause.NO_KEEPALIVE] = (statistics.median(f.setup_ms), "connect + TLS paid by every request")
     if f.models_ms is not None:
         seen = f"GET /v1/models took {f.models_ms:,.1f} ms"
-        if f.models_ms <= 10.0:
+        if f.models_ms <= NET.near_request_ms:
             out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the server is close"))
-        elif f.models_ms >= 100.0:
+        elif f.models_ms >= NET.far_request_ms:
             out.append((Cause.SLOW_NETWORK, STRONG, seen))
         impacts[Cause.SLOW_NETWORK] = (f.models_ms, "one trivial request (GET /v1/models)")
     return out, impacts
@@ -282,14 +290,15 @@ def _sweep(r: SweepResult, f: Facts) -> tuple[list[Seen], Impacts]:
     slope, fixed = fit.per_token_ms, fit.fixed_ms
     seen = f"total ≈ {fixed:,.0f} ms + {slope:.1f} ms × tokens (r² {fit.r2:.2f})"
     out: list[Seen] = []
-    if slope >= SLOW_TOKEN_MS and fit.r2 >= 0.8 and fit.per_token_determined:
+    if slope >= DECODE.slow_token_ms and fit.r2 >= DECODE.fit_r2 and fit.per_token_determined:
         out.append((Cause.SLOW_DECODE, DECISIVE, f"{seen}: each token is slow"))
-    elif slope <= FAST_TOKEN_MS:
+    elif slope <= DECODE.fast_token_ms:
         out.append((Cause.SLOW_DECODE, 1 / DECISIVE, f"{seen}: tokens are cheap"))
-    if fixed >= FLOOR_MS and fixed >= 0.5 * fit.predict(f.typical_output_tokens) and fit.fixed_determined:
+    dominates = fixed >= FLOOR.fixed_share * fit.predict(f.typical_output_tokens)
+    if fixed >= FLOOR.floor_ms and dominates and fit.fixed_determined:
         out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the fixed part dominates"))
-    elif fixed < LOW_FLOOR_MS and (fit.fixed_interval is None or fit.fixed_interval[1] < LOW_FLOOR_MS
-                                   or not fit.robust):
+    elif fixed < FLOOR.no_floor_ms and (fit.fixed_interval is None or fit.fixed_interval[1] < FLOOR.no_floor_ms
+                                        or not fit.robust):
         out.append((Cause.SERVER_FLOOR, 1 / STRONG, f"{seen}: small fixed part"))
     impacts = {Cause.SLOW_DECODE: (slope * f.typical_output_tokens,
                                    f"sweep slope × a typical {f.typical_output_tokens}-token answer")}
@@ -306,27 +315,27 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     # Two single requests: identical ones vary by the run's noise (a queue's waits among it: measured on
     # vLLM 0.32 under a queue, 3,908 -> 5,364 ms while identical "Say ok." varied 2.6-7.1 s).
     noise = noise_ms(f.confounders, [r.lag_ms])
-    if r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100 and diff < NOISE_MULTIPLE * noise:
+    if r.per_token_ms >= PREFILL_AT.slow_token_ms and diff >= PREFILL_AT.min_extra_ms and diff < NOISE_MULTIPLE * noise:
         out.append((Cause.LONG_PREFILL, WEAK, f"{seen}, within {NOISE_MULTIPLE:g}x the run's noise (±{noise:,.0f} ms)"))
-    elif r.per_token_ms >= SLOW_PREFILL_MS and diff >= 100:
+    elif r.per_token_ms >= PREFILL_AT.slow_token_ms and diff >= PREFILL_AT.min_extra_ms:
         out.append((Cause.LONG_PREFILL, DECISIVE, seen))
-    elif r.per_token_ms <= FAST_PREFILL_MS or diff < 50:
+    elif r.per_token_ms <= PREFILL_AT.fast_token_ms or diff < PREFILL_AT.no_extra_ms:
         out.append((Cause.LONG_PREFILL, 1 / DECISIVE, seen))
-        saving = r.per_token_ms * PREFILL_TOKENS
-        if saving < CACHE_WORTH_MS:
+        saving = r.per_token_ms * PREFILL_AT.quoted_tokens
+        if saving < CACHE.worth_ms:
             # What a prefix cache saves is prompt work: this cheap, a miss costs no latency worth a test.
             out.append((Cause.PREFIX_CACHE_MISS, 1 / STRONG,
-                        f"{seen}: a prefix cache would save under {CACHE_WORTH_MS:,.0f} ms on a "
-                        f"{PREFILL_TOKENS:,}-token prompt"))
-        if r.short_ttft_ms >= FLOOR_MS:
+                        f"{seen}: a prefix cache would save under {CACHE.worth_ms:,.0f} ms on a "
+                        f"{PREFILL_AT.quoted_tokens:,}-token prompt"))
+        if r.short_ttft_ms >= FLOOR.floor_ms:
             out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor is not prompt work"))
     else:
         out.append((Cause.LONG_PREFILL, WEAK, seen))
     if f.prompt_tokens is not None:  # the user's own prompt, not the probe's long one
         return out, {Cause.LONG_PREFILL: (r.per_token_ms * f.prompt_tokens, f"measured ms per prompt token × "
                                           f"your requests' {f.prompt_tokens:,}-token prompt (median, --request)")}
-    return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_TOKENS,
-                                      f"measured ms per prompt token × a {PREFILL_TOKENS:,}-token prompt")}
+    return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_AT.quoted_tokens,
+                                      f"measured ms per prompt token × a {PREFILL_AT.quoted_tokens:,}-token prompt")}
 
 
 def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
@@ -348,12 +357,12 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
         q = r.server_queue_ms
         seen = (f"the server's own queue time of the {r.n} parallel requests: {q:,.1f} ms "
                 f"(its histogram, {r.server_queue_requests or 0:.0f} requests)")
-        if q >= max(20.0, 0.15 * single):
+        if QUEUE.queued(q, single):
             return ([(Cause.QUEUEING, DECISIVE, seen), (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: waiting, not work")],
                     {Cause.QUEUEING: (q, "server's mean queue time of requests sent together")})
-        if q <= 5.0:
+        if q <= QUEUE.not_queued_ms:
             out: list[Seen] = [(Cause.QUEUEING, 1 / DECISIVE, f"{seen}: not queued, whatever the client saw")]
-            if single >= FLOOR_MS:
+            if single >= FLOOR.floor_ms:
                 out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
             return out, {}
         return [], {}
@@ -365,8 +374,8 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
     noise = noise_ms(c, [r.lag_ms], repeats)
     seen = (f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×), "
             f"{spread:,.0f} ms between first and last (connection set-up excluded; noise ±{noise:,.0f} ms)")
-    slower = worst >= QUEUE_SLOWDOWN * single and worst - single >= 30
-    if slower or (spread >= SERIAL_SPREAD * single and spread >= 30):
+    slower = worst >= QUEUE.slowdown * single and worst - single >= QUEUE.min_wait_ms
+    if slower or (spread >= QUEUE.serial_spread * single and spread >= QUEUE.min_wait_ms):
         if excess >= NOISE_MULTIPLE * noise:
             return ([(Cause.QUEUEING, DECISIVE, f"{seen}: served one after the other"),
                      (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
@@ -374,9 +383,9 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
         if excess >= 1.5 * noise:
             return [(Cause.QUEUEING, WEAK, f"{seen}: slower together, but within a few times the noise")], {}
         return [], {}
-    if worst <= NO_SLOWDOWN * single and spread <= PARALLEL_SPREAD * single:
+    if worst <= QUEUE.no_slowdown * single and spread <= QUEUE.parallel_spread * single:
         out = [(Cause.QUEUEING, 1 / STRONG, f"{seen}: served in parallel")]
-        if single >= FLOOR_MS:
+        if single >= FLOOR.floor_ms:
             out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
         return out, {}
     return [], {}
@@ -391,10 +400,10 @@ def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
         return [], {}
     if penalty > 0 and (f.first_queue is not None or f.confounders.queue_wait_ms is not None):
         return [], {}  # requests wait in the server's queue: an after-idle request may have waited as well
-    if penalty >= max(200.0, f.warm_ttft_ms):
+    if penalty >= max(COLD.unloaded_ms, f.warm_ttft_ms):
         return ([(Cause.COLD_START, DECISIVE, f"{seen}: the model was unloaded while idle")],
                 {Cause.COLD_START: (penalty, f"after-idle penalty ({r.idle_s:g} s idle)")})
-    if penalty <= max(50.0, 0.5 * f.warm_ttft_ms):
+    if COLD.not_slower(penalty, f.warm_ttft_ms):
         return [(Cause.COLD_START, 1 / WEAK, f"{seen}: no unload after a short idle")], {}
     return [], {}
 
@@ -406,30 +415,30 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
     queue = r.server_queue_ms
     if queue is not None:
         seen = f"server queue time {queue:,.1f} ms per request (its metrics, {r.requests_seen or 0:.0f} requests)"
-        if queue >= max(20.0, 0.15 * (client or 0.0)):
+        if QUEUE.queued(queue, client or 0.0):
             out += [(Cause.QUEUEING, DECISIVE, seen), (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: waiting, not work")]
             impacts[Cause.QUEUEING] = (queue, "server's mean queue time of requests sent alone")
-        elif queue <= 5.0:
+        elif queue <= QUEUE.not_queued_ms:
             out.append((Cause.QUEUEING, 1 / STRONG, seen))
     if r.waiting_before is not None and r.waiting_before >= 1:
         out.append((Cause.QUEUEING, STRONG, f"{r.waiting_before:.0f} requests waiting before ours"))
     outside = r.outside_server_ms
     if outside is not None and client:
         seen = f"client time to first token {client:,.0f} ms, server's {r.server_ttft_ms:,.0f} ms"
-        near = f.models_ms is not None and f.models_ms <= 10.0
-        if outside >= max(50.0, 0.3 * client) and near:
+        near = f.models_ms is not None and f.models_ms <= NET.near_request_ms
+        if GATEWAY.outside(outside, client) and near:
             # GET /v1/models answers at once: the path is short, the time is spent in front of the model
             out += [(Cause.GATEWAY_OVERHEAD, STRONG, f"{seen}: {outside:,.0f} ms outside the model server, though "
                                                      f"GET /v1/models took {f.models_ms:,.1f} ms"),
                     (Cause.SLOW_NETWORK, 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
             impacts[Cause.GATEWAY_OVERHEAD] = (outside, "client minus server time to first token of a lone request")
-        elif outside >= max(50.0, 0.3 * client):
+        elif GATEWAY.outside(outside, client):
             out.append((Cause.SLOW_NETWORK, STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
             out.append((Cause.GATEWAY_OVERHEAD, WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
-        elif outside <= max(10.0, 0.1 * client):
+        elif GATEWAY.inside(outside, client):
             out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the time is spent in the server"))
             out.append((Cause.GATEWAY_OVERHEAD, 1 / STRONG, f"{seen}: nothing in front of the model costs time"))
-            if (r.server_ttft_ms or 0) >= FLOOR_MS and (queue is None or queue <= 5.0):
+            if (r.server_ttft_ms or 0) >= FLOOR.floor_ms and (queue is None or queue <= QUEUE.not_queued_ms):
                 out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}, not queued: work done per request"))
     return out, impacts
 
@@ -445,13 +454,13 @@ def _repeat(r: RepeatPromptResult, f: Facts) -> tuple[list[Seen], Impacts]:
     lag = max((t.client_lag_ms or 0.0) for t in (r.first, r.second))
     if explained_by_lag(max(extra, saved), lag):
         return [], {Cause.PREFIX_CACHE_MISS: (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
-    if per >= SLOW_PREFILL_MS and extra >= 100:
+    if per >= PREFILL_AT.slow_token_ms and extra >= PREFILL_AT.min_extra_ms:
         out.append((Cause.LONG_PREFILL, STRONG, f"{seen}: {per:.2f} ms per prompt token"))
-    elif per <= FAST_PREFILL_MS:
+    elif per <= PREFILL_AT.fast_token_ms:
         out.append((Cause.LONG_PREFILL, 1 / STRONG, f"{seen}: {per:.2f} ms per prompt token"))
-    if saved >= max(30.0, 0.3 * extra):
+    if saved >= max(CACHE.saved_ms, CACHE.saved_share * extra):
         out.append((Cause.PREFIX_CACHE_MISS, 1 / DECISIVE, f"{seen}: the repeat was served from the prefix cache"))
-    elif extra >= 100 and saved <= 0.1 * extra:
+    elif extra >= PREFILL_AT.min_extra_ms and saved <= CACHE.recomputed_share * extra:
         out.append((Cause.PREFIX_CACHE_MISS, STRONG, f"{seen}: the repeat was computed again"))
     return out, {Cause.PREFIX_CACHE_MISS: (max(0.0, extra), f"prefill of a repeated {r.prompt_tokens}-token prompt")}
 
@@ -462,9 +471,9 @@ def _transport(r: TransportResult, f: Facts) -> tuple[list[Seen], Impacts]:
     rtt = r.rtt_ms
     if rtt is not None:
         seen = f"round trip {rtt:,.1f} ms (raw TCP, {len(r.connect_ms)} connections)"
-        if rtt >= SLOW_RTT_MS:
+        if rtt >= NET.slow_rtt_ms:
             out.append((Cause.SLOW_NETWORK, DECISIVE, seen))
-        elif rtt <= FAST_RTT_MS:
+        elif rtt <= NET.fast_rtt_ms:
             out.append((Cause.SLOW_NETWORK, 1 / DECISIVE, seen))
         impacts[Cause.SLOW_NETWORK] = (rtt, "one round trip per request")
     ka = r.keepalive
