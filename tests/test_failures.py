@@ -143,6 +143,7 @@ def test_a_sweep_broken_by_refusals_says_so_and_does_not_blame_ignore_eos(capsys
     assert "of 5 samples asked" in report["breakdown"]["label"], report["breakdown"]["label"]
 
 
+@pytest.mark.slow  # a real nginx
 def test_nginx_rate_limit_in_front_is_a_limit_not_a_model_loading(capsys: pytest.CaptureFixture[str]) -> None:
     """Debian's nginx with ``limit_req`` (1 r/s, no burst) on the generation path answers the excess at once
     with its HTML 503 page: a gateway limiting in front of the model, never "the model is loading"."""
@@ -160,12 +161,14 @@ def test_nginx_rate_limit_in_front_is_a_limit_not_a_model_loading(capsys: pytest
     assert "LD305" not in ids and not any(f.get("cause") == "cold_start" for f in report["findings"])
 
 
+@pytest.mark.slow  # a real nginx
 def test_nginx_without_a_limit_is_the_control(capsys: pytest.CaptureFixture[str]) -> None:
     with SimServer(get_profile("healthy")) as sim, Nginx([("127.0.0.1", sim.port)]) as gw:
         report, _ = _check(capsys, gw.url, "--no-followup")
     assert not _ld002(report) and report["requests"]["generation"]["failed"] == 0
 
 
+@pytest.mark.slow  # a real nginx
 def test_nginx_limit_req_answering_429_is_rate_limiting_counted_from_its_own_log(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Debian's nginx with ``limit_req`` and ``limit_req_status 429`` (as operators set it for APIs): real

@@ -41,6 +41,8 @@ from tests.rawserver import (
     unused_port,
 )
 
+pytestmark = pytest.mark.slow  # real llmdoctor processes, signals, pipes and proxies, most over seconds
+
 CANARY = "sk-CANARY6-0b5e93aa21c7"
 MODELS = {"object": "list", "data": [{"id": "m", "object": "model"}]}
 TOKEN = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]}

@@ -322,6 +322,7 @@ def _rss_kb(path: Path) -> tuple[int, int, int]:
     return rss, lines, events
 
 
+@pytest.mark.slow  # a benchmark: a 50 MB log
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
 def test_memory_stays_flat_on_a_50_mb_log(tmp_path: Path) -> None:
     block = (LOGS / "vllm-benign.log").read_bytes() + (LOGS / "vllm-preemption.log").read_bytes()

@@ -62,6 +62,7 @@ def test_150ms_dns_delay_is_the_top_network_finding_within_20_percent():
     assert [f.check_id for f in findings] == ["LD402", "LD404"]
 
 
+@pytest.mark.slow  # a real network path (namespaces)
 @needs_real_paths
 def test_closing_connections_quantify_the_per_request_handshake():
     """A server answering Connection: close over a real 50 ms path (TUN delay line)."""
@@ -102,6 +103,7 @@ def _stall_of_one_connect(address: str, port: int, timeout_s: float) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+@pytest.mark.slow  # a real network path (namespaces)
 @needs_real_paths
 @pytest.mark.parametrize("silent", [False, True], ids=["unreachable", "dropped"])
 def test_dead_first_address_falls_back_and_reports_the_real_stall(silent: bool):

@@ -16,6 +16,8 @@ import pytest
 
 from tests.busyhost import PROFILES, one_round
 
+pytestmark = pytest.mark.slow  # busy loops saturate the host for each round
+
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_conclusions_hold_on_a_saturated_host(profile: str) -> None:

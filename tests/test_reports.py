@@ -161,6 +161,7 @@ def _chromium_run(binary: str, html: Path, *mode: str, tmp: Path) -> subprocess.
     )
 
 
+@pytest.mark.slow  # a real headless Chromium
 def test_html_renders_in_headless_chromium(capsys: pytest.CaptureFixture[str], recording: Path,
                                            tmp_path: Path) -> None:
     binary = _chromium()

@@ -19,6 +19,8 @@ from tests.cliutil import all_finding_ids, run_cli
 from tests.gateways import Gateway, Haproxy, Nginx
 from tests.processes import serve_sim_process
 
+pytestmark = pytest.mark.slow  # real nginx and haproxy in front of simulators
+
 BACKEND_HEADER = "http-response set-header X-Served-By %s"
 
 

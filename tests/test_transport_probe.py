@@ -26,6 +26,7 @@ from tests.netpath import DelayedPath
 needs_real_paths = pytest.mark.skipif(bool(netpath.available()), reason=netpath.available() or "available")
 
 
+@pytest.mark.slow  # a real network path (namespaces)
 @needs_real_paths
 def test_injected_50ms_rtt_is_measured_within_10_percent():
     with SimServer(get_profile("healthy")) as sim, DelayedPath(0.025) as path:
@@ -46,6 +47,7 @@ def test_injected_50ms_rtt_is_measured_within_10_percent():
     assert result.rtt_share == pytest.approx(result.rtt_ms / result.baseline_total_p50_ms)
 
 
+@pytest.mark.slow  # a real network path (namespaces)
 @needs_real_paths
 def test_closing_server_pays_a_handshake_per_request():
     with SimServer(get_profile("close-connections")) as sim, DelayedPath(0.025) as path:
