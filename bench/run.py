@@ -463,8 +463,11 @@ def bench_fast_tier() -> dict[str, Any]:
     done = subprocess.run(FAST_TIER, capture_output=True, text=True, cwd=ROOT)
     seconds = time.perf_counter() - started
     tail = done.stdout.strip().splitlines()[-1:] or [""]
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines()
+              if line.startswith(("FAILED ", "ERROR "))]
     return {"command": "python -m pytest -m 'not slow'", "seconds": round(seconds, 1), "exit_code": done.returncode,
-            "summary": tail[0].strip("= "), "target_s": TARGETS["fast_tier_s"], "cpus": os.cpu_count(),
+            "summary": tail[0].strip("= "), "failed": failed, "target_s": TARGETS["fast_tier_s"],
+            "cpus": os.cpu_count(),
             "load_average_before": [round(x, 2) for x in load],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
             "met": done.returncode == 0 and seconds <= TARGETS["fast_tier_s"]}

@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 3.0
 
 COMMANDS = ("llmdoctor --help", "llmdoctor check --help", "llmdoctor checks", "llmdoctor explain LD702")
+#: Measured too, for information (not judged): what importing click alone costs, which every command pays.
+CLICK_ALONE = "python -c 'import click'"
 
 _UNSET = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONSTARTUP", "PYTHONPROFILEIMPORTTIME",
           "http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -97,8 +99,9 @@ def measure(bindir: Path, pairs: int) -> dict[str, Any]:
     env, cwd = _env(), tempfile.gettempdir()
     reference = [str(bindir / "python"), "-c", "pass"]
     rows: dict[str, Any] = {}
-    for name in COMMANDS:
-        cmd = [str(bindir / "llmdoctor"), *name.split()[1:]]
+    commands = {name: [str(bindir / "llmdoctor"), *name.split()[1:]] for name in COMMANDS}
+    commands[CLICK_ALONE] = [str(bindir / "python"), "-c", "import click"]  # the floor under any click CLI
+    for name, cmd in commands.items():
         ours, base = [], []
         for i in range(pairs + 1):  # the first pair warms the page cache and is dropped
             b, o = _time(reference, env, cwd), _time(cmd, env, cwd)
@@ -112,7 +115,7 @@ def measure(bindir: Path, pairs: int) -> dict[str, Any]:
                       "ratio": round(statistics.median(wall), 2), "best_ratio": round(min(wall), 2),
                       "cpu_ratio": round(statistics.median(cpu), 2) if cpu else None}
     return {"pairs": pairs, "target_ratio": TARGET_RATIO, "install": "wheel, non-editable, fresh venv",
-            "commands": rows, "met": all(r["ratio"] <= TARGET_RATIO for r in rows.values()),
+            "commands": rows, "met": all(r["ratio"] <= TARGET_RATIO for n, r in rows.items() if n in COMMANDS),
             "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
             "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -127,7 +130,7 @@ def rows(result: dict[str, Any]) -> Iterator[str]:
     """Table lines: each command's median, python -c pass's, and the median pair ratio against the target."""
     target = result["target_ratio"]
     for name, r in result["commands"].items():
-        verdict = "ok" if r["ratio"] <= target else "MISSED"
+        verdict = ("ok" if r["ratio"] <= target else "MISSED") if name in COMMANDS else "(info)"
         label = f"{name} / python -c pass"
         yield f"{label:<44}{r['ratio']:>6.2f}  (<= {target:g}) {verdict:<6}  " \
               f"{r['median_ms']:.1f} ms vs {r['python_c_pass_median_ms']:.1f} ms; CPU time ratio {r['cpu_ratio']}"
