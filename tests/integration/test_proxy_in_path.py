@@ -23,6 +23,7 @@ from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from tests.cliutil import validate_report
 from tests.delayproxy import DelayProxy
+from tests.processes import busy_loops
 from tests.tinyproxy import Tinyproxy
 
 pytestmark = pytest.mark.slow
@@ -63,9 +64,15 @@ def path():
         yield sim, proxy, relay
 
 
-def test_a_slow_proxy_is_measured_named_and_explains_the_fixed_cost(path) -> None:
+@pytest.mark.parametrize("busy", [False, True], ids=["quiet", "busy-loops"])
+def test_a_slow_proxy_is_measured_named_and_explains_the_fixed_cost(path, busy: bool) -> None:
     sim, proxy, relay = path
-    report = _check(sim.url, _env(HTTP_PROXY=f"http://127.0.0.1:{relay.port}"))
+    env = _env(HTTP_PROXY=f"http://127.0.0.1:{relay.port}")
+    if busy:  # one busy loop per core: noise only adds latency, the proxy's cost must still be found
+        with busy_loops(seconds=120):
+            report = _check(sim.url, env)
+    else:
+        report = _check(sim.url, env)
     assert relay.connections > 0, proxy.log_tail()
     top = {f["check_id"]: f for f in report["findings"]}
     assert "LD409" in top, report["findings"]
@@ -95,3 +102,36 @@ def test_no_proxy_covering_the_endpoint_has_no_proxy_finding_and_no_proxy_cost(p
     assert "proxy" not in [p["name"] for p in report["breakdown"]["phases"]]
     # A fixed cost the run may still find (a busy host) is not the ~200 ms the proxy would have added.
     assert all(f["impact_ms"] < 0.8 * INJECTED_MS for f in _every(report) if f["check_id"] == "LD702"), report
+
+
+def test_an_https_endpoint_is_reached_through_a_connect_tunnel_and_priced_per_connection(
+        path, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trustme
+    from llmdoctor.checks.ld409_proxy_in_path import ProxyInPath
+
+    from llmdoctor.context import Context
+    from llmdoctor.options import Options
+    from llmdoctor.probes.catalog import TRANSPORT
+    from llmdoctor.runner import run_one
+    from llmdoctor.target import Target
+    from tests.tlsfront import TlsFront
+
+    sim, _, relay = path
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    for name in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{relay.port}")
+    with TlsFront(("127.0.0.1", sim.port), ca.issue_cert("127.0.0.1")) as front:
+        ctx = Context(Target(base_url=f"https://127.0.0.1:{front.port}/v1"), Options.of(ca_bundle=str(ca_file)))
+        tr = ctx.get(TRANSPORT)
+        (finding,) = run_one(ProxyInPath, ctx).findings
+        handshakes = front.handshakes
+    path_ = tr.proxy_path
+    assert path_ is not None and path_.method == "CONNECT" and set(path_.statuses) == {200}, path_
+    # TLS went through tinyproxy's tunnels (the front saw the handshakes), not straight to the endpoint.
+    assert tr.tls_version and not tr.tls_error and handshakes >= len(tr.tls_handshake_ms) > 0
+    assert path_.cost_ms is not None and path_.cost_ms >= 0.8 * INJECTED_MS, path_
+    assert finding.paid.value == "new_connection" and "per new connection" in finding.title
+    assert "key stays inside TLS" in finding.message
