@@ -204,6 +204,12 @@ def _reads_this_machine(check_id: str) -> bool:
     return check is not None and any(p in (HOST, GPU, CLIENT_LIMITS) for p in check.declared())
 
 
+def _reads_client_noise(check_id: str) -> bool:
+    """Whether the check's confidence reads the client's own lag (the client host probe)."""
+    check = REGISTRY.by_id(check_id)
+    return check is not None and CLIENT_HOST in check.declared()
+
+
 def test_a_live_run_in_a_shuffled_order_measures_and_finds_the_same(capsys: pytest.CaptureFixture[str],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     runs = []
@@ -218,7 +224,10 @@ def test_a_live_run_in_a_shuffled_order_measures_and_finds_the_same(capsys: pyte
     # The same findings; checks reading this machine (host load, GPU) can change between two runs.
     a = [f for f in _findings(in_order) if not _reads_this_machine(f[0])]
     b = [f for f in _findings(shuffled) if not _reads_this_machine(f[0])]
-    assert [f[:3] for f in a] == [f[:3] for f in b] and a
+    assert [f[:2] for f in a] == [f[:2] for f in b] and a
+    # A timing conclusion's confidence is lowered on a noisy client (`noise.timing_confidence` reads the
+    # client host's lag): two live runs on a busy machine may differ there, and only there.
+    assert [f[:3] for f in a if not _reads_client_noise(f[0])] == [f[:3] for f in b if not _reads_client_noise(f[0])]
     for x, y in zip(a, b):  # two live runs: the impacts agree within the simulator's jitter
         if x[3] is not None and y[3] is not None:
             assert abs(x[3] - y[3]) <= max(100.0, 0.25 * max(x[3], y[3])), (x, y)
