@@ -53,13 +53,11 @@ GATE_ANCHORS: tuple[bytes, ...] = (
     # code=killed, status=9/KILL; Ray: Task was killed due to the node running low on memory
     b"oom-kill",  # systemd: Failed with result 'oom-kill'; kernel oom-kill:constraint=
     b"code 137",  # exited with code 137, exit code 137
-    b"CUDA error",
-    b"NCCL error",
+    b" error",  # CUDA error, NCCL error (one pass for both: the gate's cost is per anchor)
     b"NVRM: ",  # kernel: NVRM: Xid (PCI:0000:44:00): 79, ...; NVRM: GPU ...: GPU has fallen off the bus.
     b"reempt",  # vLLM: preempted by PreemptionMode / Preempted request; stats lines' Preemptions: N
     b"Retract",  # SGLang: KV cache pool is full. Retract requests.
-    b"free space",  # llama.cpp: failed to find free space in the KV cache
-    b"cache slot",  # Ollama: could not find a kv cache slot
+    b" find ",  # llama.cpp: failed to find free space in the KV cache; Ollama: could not find a kv cache slot
     b"cache usage: 9",  # vLLM stats lines at 90-99.9 % KV-cache usage (and 9.x %, read and dropped)
     b"cache usage: 100",  # vLLM stats lines at 100 %
     b"token usage: 0.9",  # SGLang decode / prefill lines at 0.90-0.99 token usage

@@ -51,6 +51,8 @@ from llmdoctor.logrules import (
 )
 from llmdoctor.logstats import (
     READY,
+    SATURATED_KV_PCT,
+    SATURATED_TOKEN_USAGE,
     START_MARKER,
     EngineStats,
     parse_stats_line,
@@ -275,6 +277,8 @@ class LogScanner:
                     self._counted = None
                     return pending_tb
                 continue
+            if _quiet_stats(raw):
+                continue
             self._line(raw.decode("utf-8", "replace"), lineno, name)
         self._counted = (pos, lineno - line_base)
         return None
@@ -450,6 +454,51 @@ class LogScanner:
         if best is not None:
             (cls, kind), lineno, text, stamp, raw = best
             self._record(cls, kind, text, raw, lineno, name, stamp)
+
+
+def _first_number(raw: bytes | bytearray, after: bytes) -> float | None:
+    """The number right after the first `after` in `raw` (None when absent or not a number)."""
+    i = raw.find(after)
+    if i < 0:
+        return None
+    i += len(after)
+    j = i
+    while j < len(raw) and raw[j] in b"0123456789.":
+        j += 1
+    try:
+        return float(raw[i:j])
+    except ValueError:
+        return None
+
+
+def _quiet_stats(raw: bytes | bytearray) -> bool:
+    """True for an engine stats line the gate let through (its cache 90 % full or more) that reports nothing.
+
+    Checked on the raw bytes, before decoding and cleaning, because such lines are most of what a busy
+    engine's log sends through the gate: a vLLM stats line without preemptions below `SATURATED_KV_PCT`,
+    an SGLang scheduler line below `SATURATED_TOKEN_USAGE` or with nothing queued. Anything it cannot
+    read is not quiet (the full parse decides).
+    """
+    if b"Avg prompt throughput" in raw:
+        if b"reempt" in raw:
+            return False
+        kv = _first_number(raw, b"cache usage: ")
+        return kv is not None and kv < SATURATED_KV_PCT
+    if b"#queue-req: " in raw:
+        queued = _first_number(raw, b"#queue-req: ")
+        if queued == 0:
+            return True
+        usage = [_first_number(raw[i:], b"token usage: ") for i in _offsets(raw, b"token usage: ")]
+        return bool(usage) and all(u is not None and u < SATURATED_TOKEN_USAGE for u in usage)
+    return False
+
+
+def _offsets(raw: bytes | bytearray, needle: bytes) -> list[int]:
+    out, i = [], raw.find(needle)
+    while i >= 0:
+        out.append(i)
+        i = raw.find(needle, i + 1)
+    return out
 
 
 _CONTINUATION = LazyPattern(
