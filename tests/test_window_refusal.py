@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PREFILL
 from llmdoctor.probes.window import LearnedWindow, Refusal, parse_refusal, refit_words
 from llmdoctor.sim import LatencyProfile, SimServer
-from llmdoctor.target import Options, Target
+from llmdoctor.target import Target
 from tests.cliutil import run_cli
 
 WORDINGS = [
