@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
-from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped, Reads
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.gate import METRICS, SloError, parse_slo
-from llmdoctor.measures import measure
+from llmdoctor.gate import SloError, parse_slo
+from llmdoctor.measures import metric
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, SWEEP
 
@@ -59,7 +57,7 @@ class SloBreached(Check):
     def reads(cls, options: Options) -> Reads:
         """Only the probes behind the given objectives (none without ``--slo``)."""
         try:
-            sources = {METRICS[parse_slo(s).metric][1] for s in options.gate.slos}
+            sources = {metric(parse_slo(s).metric).source.name for s in options.gate.slos}
         except SloError:
             return Reads()
         return Reads((), tuple(p for p in cls.optional if p.name in sources))
@@ -72,25 +70,26 @@ class SloBreached(Check):
             slos = [parse_slo(s) for s in specs]
         except SloError as exc:
             raise CheckSkipped(str(exc)) from None
-        need_sweep = any(METRICS[s.metric][1] == "sweep" for s in slos)
-        need_base = any(METRICS[s.metric][1] == "baseline" for s in slos)
+        need_sweep = any(metric(s.metric).source is SWEEP for s in slos)
+        need_base = any(metric(s.metric).source is BASELINE for s in slos)
         base = ctx.get(BASELINE) if need_base else None
         sweep = ctx.get(SWEEP) if need_sweep else None
         unmeasured = []
         for slo in slos:
-            got = measure(slo.metric, base, sweep)
+            m = metric(slo.metric)
+            got = m.measure(base, sweep)
             if got is None:
                 unmeasured.append(slo.metric)
                 continue
             if got.value_ms <= slo.limit_ms:
                 continue
             over = got.value_ms - slo.limit_ms
-            unit = "ms/token" if slo.metric == "per_token" else "ms"
+            unit = m.unit
             yield Finding(
                 Severity.CRITICAL,
                 got.confidence,
                 f"SLO breached: {slo.metric} {got.value_ms:,.1f} {unit} > {slo.limit_ms:,.1f} {unit}",
-                f"{METRICS[slo.metric][0].capitalize()} is {got.value_ms:,.1f} {unit} against an objective of "
+                f"{m.description.capitalize()} is {got.value_ms:,.1f} {unit} against an objective of "
                 f"{slo.limit_ms:,.1f} {unit} ({over / slo.limit_ms:.0%} over, from {got.samples} samples).",
                 Fix(
                     "Bring the latency back under the objective before deploying.",
@@ -100,9 +99,9 @@ class SloBreached(Check):
                         "For a percentile objective, confirm with more samples (--samples 20).",
                     ),
                 ),
-                impact_ms=over if slo.metric != "per_token" else None,
+                impact_ms=over if m.unit == "ms" else None,
                 # a percentile above the median is paid by the slowest requests, the median by about every one
-                frequency=Frequency.SLOW_TAIL if _tail(slo.metric) else Frequency.EVERY_REQUEST,
+                frequency=Frequency.SLOW_TAIL if m.tail else Frequency.EVERY_REQUEST,
                 impact_basis=f"measured {slo.metric} minus its objective",
                 evidence=(
                     Evidence("metric", slo.metric),
@@ -110,13 +109,8 @@ class SloBreached(Check):
                     Evidence("limit", slo.limit_ms, unit, "--slo"),
                     Evidence("samples", got.samples, "", got.source),
                 ),
-                symptom=symptom_of_metric(slo.metric),
+                symptom=m.symptom,
             )
         if unmeasured and len(unmeasured) == len(slos):
             raise CheckSkipped(f"not measured in this run: {', '.join(unmeasured)}")
 
-
-def _tail(metric: str) -> bool:
-    """True for a percentile objective above the median (``ttft_p90``, ``total_p99``)."""
-    match = re.search(r"_p(\d+)$", metric)
-    return match is not None and int(match.group(1)) > 50

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llmdoctor.causes import symptom_of_metric
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.measures import REGRESSION_METRICS, compare_runs
+from llmdoctor.measures import compare_runs, metric
 from llmdoctor.probes.catalog import BASELINE, REFERENCE, SWEEP
 from llmdoctor.regress import Comparison, Verdict
 
@@ -84,14 +83,14 @@ class Regression(Check):
                 continue
             assert c.before_ms is not None and c.after_ms is not None and c.ci_low_ms is not None
             rel = c.rel_change or 0.0
-            unit = "ms/token" if c.metric == "per_token" else "ms"
+            m = metric(c.metric)
+            unit = m.unit
             severity = Severity.CRITICAL if rel >= CRITICAL_REL else Severity.WARNING
-            what = REGRESSION_METRICS[c.metric]
             yield Finding(
                 severity,
                 _confidence(c),
                 f"Regression: {c.metric} {c.before_ms:,.1f} → {c.after_ms:,.1f} {unit} (+{rel:.0%})",
-                f"The {what} grew from {c.before_ms:,.1f} to {c.after_ms:,.1f} {unit} against the baseline of "
+                f"The {m.description} grew from {c.before_ms:,.1f} to {c.after_ms:,.1f} {unit} against the baseline of "
                 f"{ref.recorded_at or ref.source}; the difference is between {c.ci_low_ms:+,.1f} and "
                 f"{c.ci_high_ms:+,.1f} {unit} with {c.level:.0%} confidence "
                 f"({c.test}, {c.n_before} vs {c.n_after} samples).{elsewhere}",
@@ -103,7 +102,7 @@ class Regression(Check):
                         "If the change is intended, save a new baseline with --save-baseline.",
                     ),
                 ),
-                impact_ms=c.diff_ms if c.metric != "per_token" else None,
+                impact_ms=c.diff_ms if m.unit == "ms" else None,
                 frequency=Frequency.EVERY_REQUEST,  # a shift of the median
                 impact_basis=f"median {c.metric} now minus the baseline's",
                 evidence=(
@@ -116,5 +115,5 @@ class Regression(Check):
                     Evidence("minimum effect", round(c.min_effect_ms, 3), unit, "gate rule"),
                     Evidence("samples", f"{c.n_before} vs {c.n_after}", "", c.test),
                 ),
-                symptom=symptom_of_metric(c.metric),
+                symptom=m.symptom,
             )

@@ -58,7 +58,6 @@ __all__ = [
     "Kind",
     "Symptom",
     "SYMPTOM_TITLES",
-    "symptom_of_metric",
 ]
 
 #: A cause explains a symptom only when its own measured cost is at least this share of the
@@ -379,22 +378,3 @@ _LIMITS: dict[Cause, Limits] = {
 CAUSES: dict[Cause, CauseSpec] = {
     cause: replace(spec, fix=_FIXES.get(cause), limits=_LIMITS.get(cause)) for cause, spec in _TABLE.items()
 }
-
-#: The gate's metrics (``--slo``, ``--compare``) and the symptom a breach or regression of each shows.
-_METRIC_SYMPTOMS: dict[str, Symptom] = {
-    "ttft": Symptom.SLOW_FIRST_TOKEN,
-    "total": Symptom.HIGH_FLOOR,
-    "fixed_cost": Symptom.FIXED_COST,
-    "per_token": Symptom.SLOW_PER_TOKEN,
-}
-
-
-def symptom_of_metric(metric: str) -> Symptom:
-    """The symptom an objective breached or a regression of `metric` shows (``ttft_p90``, ``total``, ...).
-
-    The baseline's latencies are those of the minimal "Say ok." request: its total is the floor.
-    """
-    for prefix, symptom in _METRIC_SYMPTOMS.items():
-        if metric == prefix or metric.startswith(prefix + "_"):
-            return symptom
-    raise KeyError(f"no symptom for metric {metric!r}")

@@ -1,7 +1,8 @@
 """Pre-deploy gate inputs: SLOs (from flags or a config file) and the metrics they name.
 
 An SLO is ``METRIC=LIMIT`` with a unit, ``ttft_p90=800ms`` or ``total_p50=2s``.
-The metrics are read from the measurements the doctor already takes:
+The metrics (`llmdoctor.measures.SLO_METRICS`, of the closed set) are read from the
+measurements the doctor already takes:
 
 - ``ttft_p50``, ``ttft_p90``, ``total_p50``, ``total_p90``: the warm
   "Say ok." baseline samples (time to first token, total);
@@ -21,12 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmdoctor.findings import Confidence
+from llmdoctor.measures import SLO_METRICS
 
 __all__ = [
-    "METRICS",
-    "SAMPLE_METRICS",
-    "FIT_METRICS",
     "Slo",
     "SloError",
     "parse_slo",
@@ -34,20 +32,7 @@ __all__ = [
     "format_slo",
     "load_config",
     "merge_slos",
-    "sample_confidence",
 ]
-
-# metric -> (what it is, source probe)
-METRICS: dict[str, tuple[str, str]] = {
-    "ttft_p50": ("median time to first token of the warm baseline", "baseline"),
-    "ttft_p90": ("90th percentile time to first token of the warm baseline", "baseline"),
-    "total_p50": ("median total latency of the warm baseline", "baseline"),
-    "total_p90": ("90th percentile total latency of the warm baseline", "baseline"),
-    "fixed_cost": ("fixed cost per request from the flat-latency fit", "sweep"),
-    "per_token": ("cost per output token from the flat-latency fit", "sweep"),
-}
-SAMPLE_METRICS = ("ttft_p50", "ttft_p90", "total_p50", "total_p90")
-FIT_METRICS = ("fixed_cost", "per_token")
 
 CONFIG_FILE = "llmdoctor.toml"
 _UNITS = {"ms": 1.0, "s": 1000.0}
@@ -88,8 +73,9 @@ def parse_slo(text: str) -> Slo:
     metric = metric.strip().lower()
     if not sep:
         raise SloError(f"--slo {text!r}: write METRIC=LIMIT, like ttft_p90=800ms")
-    if metric not in METRICS:
-        raise SloError(f"--slo {text!r}: unknown metric {metric!r}; known: {', '.join(METRICS)}")
+    known = [m.id for m in SLO_METRICS]
+    if metric not in known:
+        raise SloError(f"--slo {text!r}: unknown metric {metric!r}; known: {', '.join(known)}")
     return Slo(metric, parse_duration_ms(limit, f"--slo {metric}"))
 
 
@@ -165,14 +151,4 @@ def merge_slos(from_config: list[Slo], from_flags: list[Slo]) -> tuple[str, ...]
     """Config SLOs overridden metric by metric by flags, as canonical specs in metric order."""
     merged: dict[str, Slo] = {s.metric: s for s in from_config}
     merged.update({s.metric: s for s in from_flags})
-    return tuple(format_slo(merged[m]) for m in METRICS if m in merged)
-
-
-def sample_confidence(metric: str, samples: int) -> Confidence:
-    """How far a percentile of `samples` requests can be trusted (p90 needs more than p50)."""
-    high, medium = (20, 10) if metric.endswith("_p90") else (10, 5)
-    if samples >= high:
-        return Confidence.HIGH
-    if samples >= medium:
-        return Confidence.MEDIUM
-    return Confidence.LOW
+    return tuple(format_slo(merged[m.id]) for m in SLO_METRICS if m.id in merged)

@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from llmdoctor.causes import CAUSES, Cause, Frequency, Kind, Symptom, symptom_of_metric
+from llmdoctor.causes import CAUSES, Cause, Frequency, Kind, Symptom
 from llmdoctor.diagnosis.hypotheses import HYPOTHESES
 from llmdoctor.findings import Confidence, Severity
-from llmdoctor.gate import METRICS
-from llmdoctor.measures import REGRESSION_METRICS
+from llmdoctor.measures import METRICS, metric
 from llmdoctor.registry import load_registry
 from llmdoctor.sim.profiles import PROFILES
 from tests.checkcases import case_files, load_case, run_case
@@ -52,12 +51,12 @@ def test_hypotheses_are_causes_of_the_set() -> None:
 
 
 def test_every_gate_metric_shows_a_symptom() -> None:
-    assert symptom_of_metric("ttft_p90") is Symptom.SLOW_FIRST_TOKEN
-    assert symptom_of_metric("total") is Symptom.HIGH_FLOOR
-    for metric in (*METRICS, *REGRESSION_METRICS):
-        assert isinstance(symptom_of_metric(metric), Symptom)
+    assert metric("ttft_p90").symptom is Symptom.SLOW_FIRST_TOKEN
+    assert metric("total").symptom is Symptom.HIGH_FLOOR
+    for m in METRICS:
+        assert isinstance(m.symptom, Symptom)
     with pytest.raises(KeyError):
-        symptom_of_metric("tokens_per_joule")
+        metric("tokens_per_joule")
 
 
 def test_the_schema_lists_the_same_causes_and_symptoms() -> None:

@@ -122,3 +122,26 @@ def test_no_check_or_rule_of_a_shared_cause_keeps_a_number_of_its_own() -> None:
                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                    if isinstance(t, ast.Name)]
         assert not numbers, (name, numbers)
+
+
+# -- the closed set of metrics --------------------------------------------------------------------------
+
+def test_the_gate_reads_one_closed_set_of_metrics() -> None:
+    from llmdoctor.gate import SloError, merge_slos, parse_slo
+    from llmdoctor.measures import METRICS, REGRESSION_METRICS, SLO_METRICS, UnknownMetric, metric
+    from llmdoctor.probes.catalog import BASELINE, SWEEP
+
+    assert [m.id for m in SLO_METRICS] == ["ttft_p50", "ttft_p90", "total_p50", "total_p90", "fixed_cost",
+                                           "per_token"]
+    assert [m.id for m in REGRESSION_METRICS] == ["ttft", "total", "fixed_cost", "per_token"]
+    assert len({m.id for m in METRICS}) == len(METRICS)
+    for m in METRICS:
+        assert m.source in (BASELINE, SWEEP) and m.description and metric(m.id) is m
+    assert (metric("per_token").unit, metric("ttft_p90").unit) == ("ms/token", "ms")
+    assert metric("ttft_p90").tail and not metric("ttft_p50").tail and not metric("fixed_cost").tail
+    with pytest.raises(UnknownMetric, match="tokens_per_joule"):
+        metric("tokens_per_joule")
+    with pytest.raises(SloError, match="unknown metric 'ttft'"):
+        parse_slo("ttft=800ms")  # a regression metric is no objective
+    assert merge_slos([parse_slo("per_token=40ms")], [parse_slo("ttft_p90=1s")]) == ("ttft_p90=1000ms",
+                                                                                    "per_token=40ms")
