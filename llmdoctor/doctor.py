@@ -17,7 +17,7 @@ from llmdoctor.probes.catalog import CLIENT_HOST, DIAGNOSIS, DISCOVERY, OUTCOMES
 from llmdoctor.redact import redact_output
 from llmdoctor.registry import load_registry, select
 from llmdoctor.report import Accounting, Report
-from llmdoctor.runner import CheckOutcome, run_one, schedule_for
+from llmdoctor.runner import CheckOutcome, Status, run_one, schedule_for
 from llmdoctor.target import Target
 
 __all__ = ["diagnose", "Progress", "progress_line"]
@@ -59,7 +59,7 @@ def diagnose(
     ctx = Context(target=target, options=options, recorded=recorded, on_probe=on_probe, before_send=before_send,
                   deadline_at=deadline_at)
     outcomes: list[CheckOutcome] = [
-        CheckOutcome(e.name, e.name, "plugin failed to load", "endpoint", "crashed", reason=e.reason)
+        CheckOutcome(e.name, e.name, "plugin failed to load", "endpoint", Status.CRASHED, reason=e.reason)
         for e in registry.errors
     ]
     interrupted = False

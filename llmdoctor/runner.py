@@ -13,6 +13,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from llmdoctor.check import Check, CheckSkipped
 from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead
@@ -23,13 +24,16 @@ from llmdoctor.probes.contract import AnyProbe, schedule
 __all__ = ["CheckOutcome", "Status", "run_checks", "run_one", "schedule_for"]
 
 
-class Status:
-    """Outcome names of a check (strings, for JSON)."""
+class Status(str, Enum):
+    """Outcome of a check (closed set; the value is the JSON ``status``, and what `str` gives)."""
 
     PASSED = "passed"
     FAILED = "failed"  # produced at least one finding
     SKIPPED = "skipped"
     CRASHED = "crashed"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -40,10 +44,13 @@ class CheckOutcome:
     name: str
     title: str
     category: str
-    status: str
+    status: Status
     findings: list[Finding] = field(default_factory=list)
     reason: str = ""
     duration_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # a status outside the closed set is an error here
 
 
 def _stamp(finding: Finding, check: type[Check]) -> Finding:

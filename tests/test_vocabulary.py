@@ -145,3 +145,17 @@ def test_the_gate_reads_one_closed_set_of_metrics() -> None:
         parse_slo("ttft=800ms")  # a regression metric is no objective
     assert merge_slos([parse_slo("per_token=40ms")], [parse_slo("ttft_p90=1s")]) == ("ttft_p90=1000ms",
                                                                                     "per_token=40ms")
+
+
+def test_a_checks_status_is_a_closed_set_with_the_same_json() -> None:
+    import json
+
+    from llmdoctor.runner import CheckOutcome, Status
+
+    o = CheckOutcome("LD001", "reachability", "t", "endpoint", "skipped")  # type: ignore[arg-type]
+    assert o.status is Status.SKIPPED
+    assert json.dumps({"status": o.status}) == '{"status": "skipped"}' and f"{o.status}" == "skipped"
+    with pytest.raises(ValueError):
+        CheckOutcome("LD001", "reachability", "t", "endpoint", "exploded")  # type: ignore[arg-type]
+    assert [s.value for s in Status] == ["passed", "failed", "skipped", "crashed"]
+    assert f"{HypothesisStatus.OPEN}" == "open"

@@ -21,6 +21,9 @@ class HypothesisStatus(str, Enum):
     REFUTED = "refuted"
     OPEN = "open"
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def verdict(self) -> str:
         """How a conclusion says it: ``confirmed``, ``ruled out``, ``not settled``."""
