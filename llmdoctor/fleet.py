@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 
 from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import TargetError, build_target, display_url, normalize_base_url
+from llmdoctor.target import TargetError, TargetSpec, display_url, normalize_base_url
 
-__all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "load_endpoints",
-           "run_fleet", "worst_exit_code"]
+__all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "entry_spec",
+           "load_endpoints", "run_fleet", "worst_exit_code"]
 
 #: After Ctrl-C, how long the endpoints being diagnosed get to finish with their partial report.
 INTERRUPT_GRACE_S = 2.0
@@ -141,6 +141,12 @@ def load_endpoints(path: str) -> list[FleetEntry]:
     return entries
 
 
+def entry_spec(entry: FleetEntry, defaults: TargetSpec) -> TargetSpec:
+    """The target spec of a fleet entry: its URL, and its model and key variable where it names them,
+    else the command line's (`defaults`, whose headers every entry shares)."""
+    return defaults.at(entry.url, model=entry.model, api_key_env=entry.api_key_env)
+
+
 def worst_exit_code(codes: Sequence[int]) -> int:
     """The worst of several exit codes (OK < WARNING < UNKNOWN < CRITICAL)."""
     return max(codes, key=lambda c: _SEVERITY_ORDER.get(c, 2), default=ExitCode.OK)
@@ -150,9 +156,7 @@ def run_fleet(
     entries: Sequence[FleetEntry],
     options: Options,
     *,
-    default_model: str | None,
-    default_key_env: str,
-    headers: tuple[tuple[str, str], ...] = (),
+    defaults: TargetSpec,
     rate: float = 5.0,
     workers: int = 8,
     selected: Sequence[str] = (),
@@ -162,6 +166,9 @@ def run_fleet(
     deadline_at: float | None = None,
 ) -> list[tuple[FleetEntry, Report | None, str]]:
     """Diagnose every entry concurrently; returns (entry, report or None, error) in file order.
+
+    Each entry's target is `entry_spec` of `defaults` (the command line's model, key variable and
+    headers).
 
     Ctrl-C while it runs returns what there is (see the module docstring) instead of raising.
     """
@@ -182,8 +189,7 @@ def run_fleet(
 
     def one(entry: FleetEntry) -> tuple[FleetEntry, Report | None, str]:
         try:
-            target = build_target(entry.url, model=entry.model or default_model,
-                                  api_key_env=entry.api_key_env or default_key_env, headers=headers)
+            target = entry_spec(entry, defaults).build()
             report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
                                  before_send=before_send, deadline_at=deadline_at)
             result: tuple[FleetEntry, Report | None, str] = (entry, report, "")

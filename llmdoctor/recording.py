@@ -24,7 +24,7 @@ from llmdoctor.options import Options
 from llmdoctor.redact import Redactor
 from llmdoctor.report import Report
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.target import Target, display_url
+from llmdoctor.target import Target, TargetError, build_target, display_url
 
 __all__ = [
     "FORMAT", "MAX_RECORDING_BYTES", "OPTIONS_FIELDS", "OPTIONS_VERSION", "RecordedRun", "RecordingError",
@@ -146,7 +146,7 @@ def read_recording_json(path: str, what: str = "") -> Any:
 class RecordedRun:
     """What a recording holds: the target, the options, the measurements and the checks the run used."""
 
-    target: Target
+    target: Target | None  # None: the recording names no endpoint a run could have had
     options: Options
     measurements: dict[str, Any]
     #: The ids of the checks the recorded run used (their order); empty in a recording made before
@@ -167,17 +167,25 @@ def load_recorded_run(path: str) -> RecordedRun:
     options = options_from_snapshot(data.get("options"), data.get("options_version", LEGACY_OPTIONS_VERSION), path)
     endpoint = data.get("endpoint")
     model = data.get("model")
-    target = Target(
-        base_url=endpoint if isinstance(endpoint, str) else "(recorded)",
-        model=model if isinstance(model, str) else None,
-    )
+    target = _recorded_target(endpoint, model)
     checks = data.get("checks")
     if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
         checks = []
     return RecordedRun(target, options, measurements, tuple(checks))
 
 
-def load_recording(path: str) -> tuple[Target, Options, dict[str, Any]]:
+def _recorded_target(endpoint: object, model: object) -> Target | None:
+    """The target a recording names (`build_target`, no key: nothing is sent to it); None when it
+    names none a run could have had (a replay's "(recorded)", a hand-edited value)."""
+    if not isinstance(endpoint, str):
+        return None
+    try:
+        return build_target(endpoint, model=model if isinstance(model, str) else None, api_key_env=None)
+    except TargetError:
+        return None
+
+
+def load_recording(path: str) -> tuple[Target | None, Options, dict[str, Any]]:
     """Target, options and measurements of a recording file."""
     run = load_recorded_run(path)
     return run.target, run.options, run.measurements

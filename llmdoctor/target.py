@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -13,6 +14,7 @@ __all__ = [
     "DEFAULT_API_KEY_ENV",
     "Target",
     "TargetError",
+    "TargetSpec",
     "ClientSetupError",
     "MAX_URL_CHARS",
     "build_target",
@@ -245,6 +247,33 @@ def parse_headers(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(headers)
 
 
+@dataclass(frozen=True)
+class TargetSpec:
+    """What the user says about an endpoint (``--endpoint``, ``--model``, ``--api-key-env``,
+    ``--header``), before anything is checked; `build` makes the `Target` (`build_target`).
+
+    `url` None: none was given (``check`` then diagnoses its demo simulator). `headers` are parsed
+    (`parse_headers`) and may carry secrets.
+    """
+
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = DEFAULT_API_KEY_ENV
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def at(self, url: str, *, model: str | None = None, api_key_env: str | None = None) -> TargetSpec:
+        """This spec for another endpoint (a fleet's entry): a model or key variable given here wins."""
+        return dataclasses.replace(self, url=url, model=model or self.model,
+                                   api_key_env=api_key_env or self.api_key_env)
+
+    def build(self, environ: Mapping[str, str] | None = None) -> Target:
+        """The `Target` of this spec (`build_target`; `TargetError` when unusable or without a URL)."""
+        if self.url is None:
+            raise TargetError("no endpoint URL given")
+        return build_target(self.url, model=self.model, api_key_env=self.api_key_env, headers=self.headers,
+                            environ=environ)
+
+
 def build_target(
     url: str,
     *,
@@ -253,11 +282,13 @@ def build_target(
     headers: tuple[tuple[str, str], ...] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Target:
-    """The one way a `Target` is made from what a user gives: a URL, a model, a key's env var, headers.
+    """The one way a `Target` is made: from a URL, a model, a key's env var, headers.
 
     The URL is normalised to its ``/v1`` base (`TargetError` when unusable); the API key is read from
     the environment variable `api_key_env` (unset or empty: no key; no variable named: no key). Every
-    command (check, fleets, watch, compare) builds its targets here.
+    command (check, fleets and their dry run, watch, compare, the demo, replays of a recording)
+    builds its targets here, most through `TargetSpec.build`; ``tests/test_architecture.py``
+    holds every other module to it.
     """
     from llmdoctor.redact import register_request_secrets
 

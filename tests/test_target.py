@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from llmdoctor.target import TargetError, build_target, parse_headers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_build_target_normalises_the_url_and_reads_the_key_from_the_named_variable() -> None:
@@ -89,3 +94,38 @@ def test_options_are_grouped_by_concern_and_take_flat_names_where_asked() -> Non
     assert OPTION_GROUP_OF["compare_file"] == "gate" and OPTION_GROUP_OF["pid"] == "evidence"
     with pytest.raises(TypeError, match="no field 'sample'"):
         Options.of(sample=3)
+
+
+def test_a_target_spec_builds_through_the_factory_and_a_fleet_entry_overrides_it() -> None:
+    from llmdoctor.fleet import FleetEntry, entry_spec
+    from llmdoctor.target import TargetSpec
+
+    env = {"K1": "sk-one", "K2": "sk-two"}
+    spec = TargetSpec("h:8000", model="m", api_key_env="K1", headers=(("X-Team", "a"),))
+    assert spec.build(env) == build_target("h:8000", model="m", api_key_env="K1", headers=(("X-Team", "a"),),
+                                           environ=env)
+    own = entry_spec(FleetEntry("b", "http://b:1", model="mb", api_key_env="K2"), spec).build(env)
+    assert (own.base_url, own.model, own.api_key, own.headers) == ("http://b:1/v1", "mb", "sk-two", (("X-Team", "a"),))
+    shared = entry_spec(FleetEntry("c", "http://c:1"), spec).build(env)
+    assert (shared.base_url, shared.model, shared.api_key) == ("http://c:1/v1", "m", "sk-one")
+    with pytest.raises(TargetError, match="no endpoint URL"):
+        TargetSpec().build(env)
+    assert "X-Team" not in repr(spec)  # headers may be credentials
+
+
+@pytest.mark.parametrize(("endpoint", "expected"), [
+    ("http://llm.internal:8000/v1", "http://llm.internal:8000/v1"),  # what a run records: kept as it is
+    ("(recorded)", None),  # no endpoint a run could have had: the replay says "(recorded)"
+    (42, None),
+])
+def test_a_recording_names_its_target_through_the_factory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          endpoint: object, expected: str | None) -> None:
+    from llmdoctor.recording import load_recorded_run
+
+    data = json.loads((ROOT / "fixtures" / "recordings" / "v0.1-demo.json").read_text())
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**data, "endpoint": endpoint, "model": "m"}))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-read")
+    target = load_recorded_run(str(path)).target
+    assert (target.base_url if target else None) == expected
+    assert target is None or (target.model, target.api_key) == ("m", None)  # a replay sends nothing: no key

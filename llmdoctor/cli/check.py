@@ -7,6 +7,7 @@ Its options build the `Target` and the `Options` of the run; --endpoints and --w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,6 +138,7 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     """
     from llmdoctor.deadline import Deadline
     from llmdoctor.options import DiagnosisOptions, NetworkOptions, Options, RequestPolicy, ServerEvidence, Workload
+    from llmdoctor.target import TargetSpec
 
     require_finite()
     deadline = Deadline(deadline_s)  # the whole run counts, from here: reading the inputs too
@@ -154,16 +156,15 @@ def check(endpoint: str | None, model: str | None, api_key_env: str, headers: tu
     options = with_budget(options, followup_budget)
     validate_inputs(options, deadline)
     require_known_ids(select, ignore)
-    extra_headers = header_args(headers)
+    spec = TargetSpec(endpoint, model=model, api_key_env=api_key_env, headers=header_args(headers))
     require_format(fmt)
     export = export_settings(gate)
     options = apply_gate(options, gate["slos"], gate["compare_file"])
-    run_modes({"endpoint": endpoint, "model": model, "api_key_env": api_key_env, "headers": extra_headers},
-              options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run, deadline=deadline)
+    run_modes(spec, options, fmt, output, gate, select, ignore, fail_on, dry_run=dry_run, deadline=deadline)
     with contextlib.ExitStack() as stack:
-        if endpoint is None:
-            endpoint = stack.enter_context(demo_server("demo", announce=fmt == "text"))
-        target = target_from_args(endpoint, model=model, api_key_env=api_key_env, headers=extra_headers)
+        if spec.url is None:
+            spec = dataclasses.replace(spec, url=stack.enter_context(demo_server("demo", announce=fmt == "text")))
+        target = target_from_args(spec)
         check_client(target, options)
         if dry_run:
             _dry_run(target, options, select, ignore, output)

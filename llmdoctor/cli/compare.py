@@ -45,7 +45,7 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
 
     from llmdoctor.options import NetworkOptions, Options, RequestPolicy
     from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
-    from llmdoctor.target import DEFAULT_API_KEY_ENV
+    from llmdoctor.target import DEFAULT_API_KEY_ENV, TargetSpec
 
     require_finite()
     if len(endpoints) != 2:
@@ -58,8 +58,8 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
         return values[min(i, len(values) - 1)] if values else default
 
     targets = [
-        target_from_args(url, model=pick(models, i, None),
-                         api_key_env=pick(key_envs, i, DEFAULT_API_KEY_ENV) or DEFAULT_API_KEY_ENV)
+        target_from_args(TargetSpec(url, model=pick(models, i, None),
+                                    api_key_env=pick(key_envs, i, DEFAULT_API_KEY_ENV) or DEFAULT_API_KEY_ENV))
         for i, url in enumerate(endpoints)
     ]
     options = Options(request=RequestPolicy(timeout_s=timeout_s, samples=samples, max_requests=samples + 10),

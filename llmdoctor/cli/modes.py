@@ -20,6 +20,7 @@ from llmdoctor.cli.usage import UsageProblem, check_client, split_ids, target_fr
 if TYPE_CHECKING:
     from llmdoctor.deadline import Deadline
     from llmdoctor.fleet import FleetEntry
+    from llmdoctor.target import Target, TargetSpec
 
 __all__ = ["gate_options", "replay_gate_options", "apply_gate", "run_modes", "inject_reference"]
 
@@ -93,7 +94,7 @@ def inject_reference(measurements: dict[str, Any], compare_file: str | None) -> 
     return {**measurements, "reference": to_data(reference_from_recording(compare_file))}
 
 
-def run_modes(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
+def run_modes(spec: TargetSpec, options: Any, fmt: str, output: str | None, gate: dict[str, Any],
               select: Sequence[str], ignore: Sequence[str], fail_on: str, dry_run: bool = False,
               deadline: Deadline | None = None) -> None:
     """Run --endpoints (fleet) or --watch when asked (never returns then); otherwise return.
@@ -107,55 +108,54 @@ def run_modes(target_args: dict[str, Any], options: Any, fmt: str, output: str |
         raise UsageProblem("--watch prints each round on standard output (redirect it); -o is for single runs "
                            "and fleets")
     if dry_run and gate["endpoints_file"]:
-        _fleet_dry_run(target_args, options, gate, select, ignore, output)
+        _fleet_dry_run(spec, options, gate, select, ignore, output)
     at = deadline.at if deadline is not None else None
     if gate["endpoints_file"]:
-        _fleet(target_args, options, fmt, output, gate, select, ignore, fail_on, at)
+        _fleet(spec, options, fmt, output, gate, select, ignore, fail_on, at)
     if gate["watch_s"] is not None:
-        _watch(target_args, options, fmt, gate, fail_on, at)
+        _watch(spec, options, fmt, gate, fail_on, at)
 
 
-def _fleet_entries(target_args: dict[str, Any], gate: dict[str, Any], options: Any) -> list[FleetEntry]:
-    """The fleet's endpoints, each checked as a target and a probe client: exit 3 before any probing."""
-    from llmdoctor.fleet import FleetError, load_endpoints
+def _fleet_entries(spec: TargetSpec, gate: dict[str, Any], options: Any) -> list[tuple[FleetEntry, Target]]:
+    """The fleet's endpoints and their targets, each checked as a target and a probe client: exit 3
+    before any probing."""
+    from llmdoctor.fleet import FleetError, entry_spec, load_endpoints
 
-    if target_args["endpoint"] is not None:
+    if spec.url is not None:
         raise UsageProblem("give either --endpoint or --endpoints, not both")
     try:
         entries = load_endpoints(gate["endpoints_file"])
     except FleetError as exc:
         raise UsageProblem(str(exc)) from None
+    targets = []
     for entry in entries:
         try:
-            target = target_from_args(entry.url, model=entry.model or target_args["model"],
-                                      api_key_env=entry.api_key_env or target_args["api_key_env"],
-                                      headers=target_args["headers"])
+            target = target_from_args(entry_spec(entry, spec))
             check_client(target, options)
         except UsageProblem as exc:
             raise UsageProblem(f"--endpoints {gate['endpoints_file']}: {entry.name}: {exc.message}") from None
-    return entries
+        targets.append((entry, target))
+    return targets
 
 
-def _fleet_dry_run(target_args: dict[str, Any], options: Any, gate: dict[str, Any], select: Sequence[str],
+def _fleet_dry_run(spec: TargetSpec, options: Any, gate: dict[str, Any], select: Sequence[str],
                    ignore: Sequence[str], output: str | None) -> NoReturn:
     """--endpoints with --dry-run: each endpoint's plan, one after the other; nothing is sent."""
     from llmdoctor.plan import render_plan
     from llmdoctor.registry import load_registry
     from llmdoctor.registry import select as select_checks
-    from llmdoctor.target import Target, normalize_base_url
 
     checks = select_checks(load_registry().checks, split_ids(select), split_ids(ignore))
-    entries = _fleet_entries(target_args, gate, options)
+    entries = _fleet_entries(spec, gate, options)
     parts = [f"llmdoctor dry run — a fleet of {len(entries)} endpoint{'s' if len(entries) != 1 else ''}, "
              f"at most {gate['rate']:g} requests per second in all: nothing is sent.\n"]
-    for entry in entries:
-        target = Target(base_url=normalize_base_url(entry.url), model=entry.model or target_args["model"])
+    for entry, target in entries:
         parts.append(f"[{entry.name}]\n" + render_plan(target, options, checks))
     emit("\n".join(parts), output)
     sys.exit(0)
 
 
-def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | None, gate: dict[str, Any],
+def _fleet(spec: TargetSpec, options: Any, fmt: str, output: str | None, gate: dict[str, Any],
            select: Sequence[str], ignore: Sequence[str], fail_on: str, deadline_at: float | None) -> NoReturn:
     from llmdoctor.fleet import fleet_table, run_fleet, worst_exit_code
 
@@ -163,14 +163,12 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
         raise UsageProblem("--endpoints prints text (a summary table), --json (NDJSON) or --format prometheus, "
                            "not " + fmt)
     settings = export_settings(gate)
-    entries = _fleet_entries(target_args, gate, options)
+    entries = [entry for entry, _ in _fleet_entries(spec, gate, options)]
     from llmdoctor.render.json import report_to_dict
     from llmdoctor.target import display_url
 
-    results = run_fleet(entries, options, default_model=target_args["model"],
-                        default_key_env=target_args["api_key_env"], headers=target_args["headers"],
-                        rate=gate["rate"], selected=split_ids(select), ignored=split_ids(ignore), fail_on=fail_on,
-                        deadline_at=deadline_at)
+    results = run_fleet(entries, options, defaults=spec, rate=gate["rate"], selected=split_ids(select),
+                        ignored=split_ids(ignore), fail_on=fail_on, deadline_at=deadline_at)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
     from llmdoctor.render.prometheus import EndpointResult, render_exposition
 
@@ -200,18 +198,17 @@ def _fleet(target_args: dict[str, Any], options: Any, fmt: str, output: str | No
     sys.exit(deliver(metrics, settings, worst_exit_code(codes)))
 
 
-def _watch(target_args: dict[str, Any], options: Any, fmt: str, gate: dict[str, Any], fail_on: str,
+def _watch(spec: TargetSpec, options: Any, fmt: str, gate: dict[str, Any], fail_on: str,
            deadline_at: float | None) -> NoReturn:
     from llmdoctor.watch import watch
 
-    if target_args["endpoint"] is None:
+    if spec.url is None:
         raise UsageProblem("--watch needs --endpoint")
     if gate.get("push_gateway") or gate.get("textfile_dir"):
         raise UsageProblem("--push-gateway and --textfile export single runs and --endpoints fleets, not --watch")
     if fmt not in ("text", "json"):
         raise UsageProblem("--watch shows text (live) or --json (one report per round, NDJSON), not " + fmt)
-    target = target_from_args(target_args["endpoint"], model=target_args["model"],
-                              api_key_env=target_args["api_key_env"], headers=target_args["headers"])
+    target = target_from_args(spec)
     check_client(target, options)
 
     def emit_round(report: Any) -> None:

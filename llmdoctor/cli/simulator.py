@@ -56,13 +56,13 @@ def demo(profile: str, as_json: bool, no_color: bool) -> NoReturn:
     """
     from llmdoctor.doctor import diagnose
     from llmdoctor.options import Options
-    from llmdoctor.target import Target
+    from llmdoctor.target import build_target
 
     fmt = "json" if as_json else "text"
     with demo_server(profile, announce=not as_json) as base_url:
         progress = show_progress(not as_json, color=not no_color)
         try:
-            report, _ = diagnose(Target(base_url=base_url), Options(), progress=progress)
+            report, _ = diagnose(build_target(base_url, api_key_env=None), Options(), progress=progress)
         finally:
             if progress is not None:
                 progress.stop()

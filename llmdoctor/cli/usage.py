@@ -12,7 +12,7 @@ import click
 if TYPE_CHECKING:  # imported where used: `llmdoctor --help` does not need them
     from llmdoctor.deadline import Deadline
     from llmdoctor.options import Options
-    from llmdoctor.target import Target
+    from llmdoctor.target import Target, TargetSpec
 
 __all__ = [
     "EXIT_UNKNOWN",
@@ -66,14 +66,12 @@ def header_args(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
         raise UsageProblem(str(exc)) from None
 
 
-def target_from_args(
-    url: str, *, model: str | None, api_key_env: str | None, headers: tuple[tuple[str, str], ...] = ()
-) -> Target:
-    """The target of --endpoint/--model/--api-key-env/--header (`llmdoctor.target.build_target`)."""
-    from llmdoctor.target import TargetError, build_target
+def target_from_args(spec: TargetSpec) -> Target:
+    """The target of --endpoint/--model/--api-key-env/--header (`llmdoctor.target.TargetSpec.build`)."""
+    from llmdoctor.target import TargetError
 
     try:
-        return build_target(url, model=model, api_key_env=api_key_env, headers=headers)
+        return spec.build()
     except TargetError as exc:
         raise UsageProblem(str(exc)) from None
 

@@ -1,0 +1,138 @@
+"""Architecture fitness rules beside the import graph's: small modules, short signatures, one
+`Target` factory, no type-checker silence over another object's private attributes.
+
+Static (nothing is imported): every module under ``llmdoctor/`` and ``checks/`` is parsed. Where
+the house does not meet a rule yet, the offenders are listed by name with their size, and the
+list may only shrink: a listed offender that grows fails, one that was fixed fails until its
+line goes (so the allowance cannot outlive the debt), and the list's length is asserted.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 600
+MAX_PARAMETERS = 10
+
+#: Modules over MAX_LINES, with their length when this list was written (being split: issue 24).
+LONG_MODULES: dict[str, int] = {
+    "llmdoctor/probes/client.py": 764,
+}
+#: Functions over MAX_PARAMETERS (``path:qualname``), with their count (issue 24, typed specs).
+LONG_SIGNATURES: dict[str, int] = {
+    "llmdoctor/cli/check.py:check": 36,
+    "llmdoctor/cli/offline.py:replay": 12,
+    "llmdoctor/cli/output.py:run_and_exit": 12,
+    "llmdoctor/probes/client.py:ProbeClient.__init__": 12,
+    "llmdoctor/regress.py:compare_estimates": 11,
+}
+#: ``# type: ignore`` over another object's private attribute (``path:line text``), being removed.
+PRIVATE_IGNORES: dict[str, int] = {
+    "llmdoctor/probes/client.py": 1,  # httpcore's pool._network_backend (the layered client removes it)
+}
+
+
+def _files() -> Iterator[tuple[str, str]]:
+    """(path relative to the root, source) of every module of the package and of checks/."""
+    for base in ("llmdoctor", "checks"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualified name, node) of every function and method, nested ones included."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from _functions(node, prefix)
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """How many parameters a caller can pass: every named one but self/cls, and *args and **kwargs."""
+    a = fn.args
+    named = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg not in ("self", "cls")]
+    return len(named) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def _lines(source: str) -> int:
+    return len(source.splitlines())
+
+
+def _long_signatures() -> dict[str, int]:
+    return {f"{path}:{name}": _parameters(fn) for path, source in _files()
+            for name, fn in _functions(ast.parse(source)) if _parameters(fn) > MAX_PARAMETERS}
+
+
+def _shrinks(found: dict[str, int], allowed: dict[str, int], what: str) -> None:
+    new = {k: v for k, v in found.items() if k not in allowed}
+    grown = {k: (v, allowed[k]) for k, v in found.items() if k in allowed and v > allowed[k]}
+    fixed = sorted(set(allowed) - set(found))
+    assert not new, f"{what}: new offenders {new}"
+    assert not grown, f"{what}: offenders grew (now, allowed) {grown}"
+    assert not fixed, f"{what}: fixed, remove from the allow-list: {fixed}"
+
+
+def test_no_module_is_over_600_lines() -> None:
+    found = {path: _lines(source) for path, source in _files() if _lines(source) > MAX_LINES}
+    _shrinks(found, LONG_MODULES, f"modules over {MAX_LINES} lines")
+    assert len(LONG_MODULES) <= 1
+
+
+def test_no_function_takes_over_10_parameters() -> None:
+    _shrinks(_long_signatures(), LONG_SIGNATURES, f"functions over {MAX_PARAMETERS} parameters")
+    assert len(LONG_SIGNATURES) <= 5
+
+
+# Another object's private attribute: ``x._name`` where x is not self or cls (dunders are public).
+_PRIVATE = re.compile(r"\b(?!self\b|cls\b)[A-Za-z_][\w]*(?:\(\))?\._[A-Za-z0-9]\w*(?<!__)\b")
+
+
+def _private_ignores() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for path, source in _files():
+        for line in source.splitlines():
+            code, _, comment = line.partition("#")
+            if "type: ignore" in comment and _PRIVATE.search(code):
+                found[path] = found.get(path, 0) + 1
+    return found
+
+
+def test_no_type_ignore_on_private_attributes() -> None:
+    _shrinks(_private_ignores(), PRIVATE_IGNORES, "`# type: ignore` on another object's private attribute")
+    assert len(PRIVATE_IGNORES) <= 1
+
+
+def test_a_target_is_made_only_by_the_factory() -> None:
+    """`llmdoctor.target.build_target` (or `TargetSpec.build`) is the one way a `Target` is made."""
+    makers = []
+    for path, source in _files():
+        if path == "llmdoctor/target.py":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name == "Target":
+                    makers.append(f"{path}:{node.lineno}")
+    assert makers == [], f"a Target built outside llmdoctor/target.py's factory: {makers}"
+
+
+def test_the_rules_see_what_they_must() -> None:
+    """Guards against a vacuous pass: the scanners find what is known to be there."""
+    assert sum(1 for _ in _files()) >= 150
+    fn = ast.parse("def f(self, a, /, b, *c, d, **e): pass").body[0]
+    assert isinstance(fn, ast.FunctionDef) and _parameters(fn) == 5
+    assert _PRIVATE.search("pool._network_backend = x") and _PRIVATE.search("httpx.Client()._transport")
+    assert not _PRIVATE.search("self._since_filter(stamp)") and not _PRIVATE.search("obj.__dict__")
+    tree = ast.parse("class A:\n    def m(self):\n        def inner(): pass\n")
+    assert [name for name, _ in _functions(tree)] == ["A.m", "A.m.inner"]
+    src = "from llmdoctor.target import Target\nt = Target(base_url='x')\n"
+    assert any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Target" for n in ast.walk(ast.parse(src)))
