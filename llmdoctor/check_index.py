@@ -155,7 +155,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD601', 'max-tokens', 'Answer cap (max_tokens) vs the answer and the window', 'params', 601,
-        'llmdoctor.checks.ld601_max_tokens:MaxTokens', ('requests',), ('prompt_tokens', 'prefill', 'sweep'),
+        'llmdoctor.checks.ld601_max_tokens:MaxTokens', ('requests',), ('prompt_tokens', 'baseline', 'prefill', 'sweep'),
     ),
     (
         'LD602', 'streaming-off', 'Streaming off', 'params', 602, 'llmdoctor.checks.ld602_streaming_off:StreamingOff',
