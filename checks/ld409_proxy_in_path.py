@@ -104,8 +104,8 @@ class ProxyInPath(Check):
                          Evidence("proxy closes each connection", path.proxy_closes, "", "transport")]
         measured = _measured(path)
         if not measured:
-            reason = path.not_measured if path is not None and path.not_measured else "not measured"
-            measured = f"Its cost was not measured ({reason})."
+            reason = (path.not_measured or "; ".join(path.errors)) if path is not None else ""
+            measured = f"Its cost was not measured ({reason or 'no measurement'})."
         steps = [f"Add {tr.host} (or its domain) to NO_PROXY / no_proxy"
                  + (" (it answers directly: measured around the proxy)." if cost is not None else ".")]
         steps.append("If the proxy must stay: use one nearer to this client or to the endpoint"

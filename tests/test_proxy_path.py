@@ -126,3 +126,17 @@ def test_a_measured_proxy_path_survives_a_recording() -> None:
     assert back.proxy_path.cost_ms == pytest.approx(206.7)
     older = {k: v for k, v in to_data(result).items() if k != "proxy_path"}  # a recording from before it
     assert from_data(TransportResult, older).proxy_path is None
+
+
+def test_a_proxy_that_refuses_the_tunnel_is_not_priced_and_says_why(clean_env) -> None:
+    # The relay hands the CONNECT to the simulator, which is no proxy: it refuses it.
+    with SimServer(get_profile("healthy")) as sim, DelayProxy(("127.0.0.1", sim.port), ONE_WAY_S) as relay:
+        clean_env.setenv("HTTPS_PROXY", f"http://127.0.0.1:{relay.port}")
+        ctx = Context(Target(base_url=f"https://127.0.0.1:{sim.port}/v1"), Options.of(insecure=True))
+        tr = ctx.get(TRANSPORT)
+        (finding,) = run_one(ProxyInPath, ctx).findings
+    path = tr.proxy_path
+    assert path is not None and path.method == "CONNECT" and not path.through_ms and path.statuses
+    assert 200 not in path.statuses and any("answered CONNECT" in e for e in path.errors)
+    assert path.cost_ms is None and finding.impact_ms is None
+    assert "not measured (the proxy answered CONNECT" in finding.message

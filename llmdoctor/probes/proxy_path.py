@@ -260,6 +260,9 @@ def measure_proxy_path(route: Route, scheme: str, host: str, port: int, samples:
                 result.errors.append("the proxy closed the connection without answering CONNECT")
                 break
             result.statuses.append(status)
+            if status != 200:  # a refusal comes back without reaching the endpoint: no measure of the path
+                result.errors.append(f"the proxy answered CONNECT {host}:{port} with {status}")
+                break
             result.through_ms.append(connect_ms + ms)
         elif not _sample(result, addresses[0], proxy_port, through_request, timeout(timeout_s), False, True):
             break
