@@ -8,12 +8,15 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.logscan import MODEL_LOAD, LoadDuration
+from llmdoctor.logscan import MODEL_LOAD, LoadDuration, LogScan
 from llmdoctor.logstats import log_stamp_epoch
-from llmdoctor.probes.catalog import LOGS, SERVER_METRICS
+from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
+from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, LOGS, SERVER_METRICS
 from llmdoctor.probes.metrics import ServerMetricsResult
 
-SLOW_LOAD_S = 30.0
+#: Starts closer together than this on average (by the log's timestamps) recur often enough to matter:
+#: an hourly restart loop, an unload after every idle gap (Ollama's default keep_alive is 5 minutes).
+RECURRING_GAP_S = 3600.0
 # Seconds a vLLM process may spend importing before its first log line (12-28 s measured on
 # two cores); a larger gap means the log and the metrics describe different starts or clocks.
 MAX_IMPORT_S = 600.0
@@ -50,8 +53,13 @@ class LogModelLoad(Check):
     torch.compile cache kept between starts, fewer CUDA-graph sizes.
 
     ## Caveats
-    Info when a single start is quick; the load time only matters to requests that arrive
-    during a start. TGI shards load in parallel: the slowest one counts. vLLM logs local time
+    A past start-up is a risk, not this run's latency: the finding is a warning only when this
+    run met a cold server (its first request paid a cold-start penalty beyond the warm requests'
+    noise, as LD301 measures it) or the log shows the server starting again and again (two or
+    more starts, on average less than an hour apart by the log's timestamps); otherwise it is
+    info with its cost, however long the start (measured on a warm, healthy vLLM 0.32 whose log
+    held the 36 s start-up that ended minutes before the run). The load time only matters to
+    requests that arrive during a start. TGI shards load in parallel: the slowest one counts. vLLM logs local time
     without a year or zone: the process start is used only when the log's ready line falls
     between it and the scrape, after the log's first line, as read in this machine's zone.
     """
@@ -61,7 +69,7 @@ class LogModelLoad(Check):
     title = "Model load time in server logs"
     category = Category.COLD_START
     requires = (LOGS,)
-    optional = (SERVER_METRICS,)
+    optional = (SERVER_METRICS, FIRST_REQUEST, BASELINE)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         scan = ctx.get(LOGS)
@@ -89,21 +97,33 @@ class LogModelLoad(Check):
                 basis = (f"process start (process_start_time_seconds) → ready {entry.timestamp}: {full:.0f} s; "
                          f"the log alone: {basis}")
         starts = scan.starts()
-        slow = seconds >= SLOW_LOAD_S
-        severity = Severity.WARNING if slow or starts >= 2 else Severity.INFO
-        again = f" The log shows {starts} starts: each one a cold start." if starts >= 2 else ""
+        gap = _mean_gap_s(scan, ctx.optional(SERVER_METRICS))
+        recurring = starts >= 2 and gap is not None and gap <= RECURRING_GAP_S
+        met = self._met_cold(ctx)
+        severity = Severity.WARNING if met is not None or recurring else Severity.INFO
+        again = ""
+        if starts >= 2:
+            every = f", one every ~{_span(gap)} on average" if gap is not None else ""
+            again = f" The log shows {starts} starts{every}: each one a cold start."
+        if met is not None:
+            again += f" This run met a cold server: {met}."
+        elif not recurring:
+            again += (" A past start-up: no request of this run met it, and the log shows no restarts often enough "
+                      "to matter.")
         yield Finding(
             severity=severity,
             confidence=Confidence.HIGH,
             title=f"A cold start costs {seconds:.{0 if seconds >= 10 else 1}f} s (model load in server logs)",
             message=f"The server took {seconds:.1f} s to load and warm up ({basis}).{again}",
             impact_ms=round(seconds * 1000, 1),
-            # several starts in the log: cold starts recur (scale-to-zero, unloads, restarts)
-            frequency=Frequency.RECURRING_COLD_START if starts >= 2 else Frequency.COLD_START,
+            # starts close together in the log: cold starts recur (scale-to-zero, unloads, a restart loop)
+            frequency=Frequency.RECURRING_COLD_START if recurring else Frequency.COLD_START,
             impact_basis="the load time, paid by every request that arrives during a cold start",
             evidence=(
                 Evidence("load time", round(seconds, 1), "s", f"{entry.file}:{entry.line}"),
                 Evidence("starts in log", starts, "", "logs"),
+                *((Evidence("mean time between starts", round(gap), "s", "log timestamps"),)
+                  if gap is not None else ()),
                 Evidence("backend", entry.backend, "", f"{entry.file}:{entry.line}"),
             ),
             fix=Fix(
@@ -116,6 +136,37 @@ class LogModelLoad(Check):
             ),
             cause=Cause.COLD_START,
         )
+
+
+    @staticmethod
+    def _met_cold(ctx: Context) -> str | None:
+        """How this run's first request met a cold server (LD301's penalty beyond the warm noise), or None."""
+        first, base = ctx.optional(FIRST_REQUEST), ctx.optional(BASELINE)
+        if first is None or base is None or first.ttft_ms is None:
+            return None
+        warm_p50, warm_p90 = base.ttft_p50_ms, base.ttft_p90_ms
+        if warm_p50 is None or warm_p90 is None:
+            return None
+        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
+        if penalty < cold_start_noise_ms(warm_p50, warm_p90):
+            return None
+        return f"its first request waited {penalty:,.0f} ms longer for its first token than warm ones"
+
+
+def _mean_gap_s(scan: LogScan, metrics: ServerMetricsResult | None) -> float | None:
+    """Mean seconds between the starts the log shows, by its timestamps (None: fewer than two stamped starts)."""
+    near = metrics.latest.scraped_at if metrics is not None and metrics.latest.scraped_at else 0.0
+    entries = scan.start_entries()
+    stamps = sorted(t for d in entries if (t := log_stamp_epoch(d.timestamp, near)) is not None)
+    if len(stamps) < 2 or len(stamps) < len(entries):
+        return None
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds / 60:,.0f} min" if seconds >= 120 else f"{seconds:,.0f} s"
 
 
 def _since_process_start(entry: LoadDuration, metrics: ServerMetricsResult | None) -> float | None:

@@ -52,6 +52,7 @@ __all__ = [
     "Cause",
     "CauseSpec",
     "CAUSES",
+    "CONSEQUENCES",
     "EXPLAINS_SHARE",
     "Fix",
     "Frequency",
@@ -377,4 +378,11 @@ _LIMITS: dict[Cause, Limits] = {
 #: Every cause, in the order `Cause` lists them. The hypotheses' titles and fixes are these.
 CAUSES: dict[Cause, CauseSpec] = {
     cause: replace(spec, fix=_FIXES.get(cause), limits=_LIMITS.get(cause)) for cause, spec in _TABLE.items()
+}
+
+#: Causes that another cause brings about when both are found: the findings of the consequence fold
+#: under it. KV-cache pressure preempts running sequences, so their prefill is computed again when
+#: they resume, and new requests wait for free blocks: its run shows slow prefill and a queue.
+CONSEQUENCES: dict[Cause, frozenset[Cause]] = {
+    Cause.KV_CACHE_PRESSURE: frozenset({Cause.QUEUEING, Cause.LONG_PREFILL}),
 }

@@ -87,7 +87,8 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD303', 'log-model-load', 'Model load time in server logs', 'cold_start', 303,
-        'llmdoctor.checks.ld303_log_model_load:LogModelLoad', ('logs',), ('server_metrics',),
+        'llmdoctor.checks.ld303_log_model_load:LogModelLoad', ('logs',),
+        ('server_metrics', 'first_request', 'baseline'),
     ),
     (
         'LD304', 'after-idle-penalty', 'Slow after idle', 'cold_start', 304,

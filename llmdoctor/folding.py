@@ -2,10 +2,13 @@
 
 Findings are first grouped by cause: among the findings that name one cause, a checklist finding
 carries the ranking over the differential diagnosis's restatement of it, then the best ranked; the
-others fold under it. Then each symptom finding (a high floor, a large fixed cost, a breached
-objective) folds under the best ranked cause that explains it (`llmdoctor.causes`), provided that
-cause's measured cost is at least `EXPLAINS_SHARE` of the symptom's when both are measured. A symptom
-no cause explains stays a finding of its own.
+others fold under it. A cause that another found cause brings about (`llmdoctor.causes.CONSEQUENCES`:
+KV-cache pressure recomputes prefill and queues requests) folds under it with its findings, when the
+other's own finding is at least as severe; a finding about the user's own request (an input check: a
+long prompt) is the user's cause and never folds so. Then each symptom finding (a high floor, a
+large fixed cost, a breached objective) folds under the best ranked cause that explains it
+(`llmdoctor.causes`), provided that cause's measured cost is at least `EXPLAINS_SHARE` of the
+symptom's when both are measured. A symptom no cause explains stays a finding of its own.
 
 Before grouping, a finding of a latency cause whose measured impact is about 0 ms
 (`llmdoctor.findings.NEGLIGIBLE_MS`) is set to info: it costs nothing, so it neither ranks above a
@@ -20,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from llmdoctor.causes import CAUSES, EXPLAINS_SHARE, Cause, Frequency, Kind
+from llmdoctor.causes import CAUSES, CONSEQUENCES, EXPLAINS_SHARE, Cause, Frequency, Kind
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.report import rank, rank_key
 from llmdoctor.runner import CheckOutcome
@@ -62,6 +65,7 @@ def _groups(findings: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
         # a checklist finding carries the ranking over a restatement, then the best ranked one
         primary = min(members, key=lambda f: (f.restatement, position[id(f)]))
         causes.append((primary, [f for f in members if f is not primary]))
+    causes = _fold_consequences(causes)
     causes.sort(key=lambda g: rank_key(_combined(*g)))
     # what each cause costs by its own measurements, before any symptom joins it
     costs = [_impact(g) for g in causes]
@@ -77,6 +81,22 @@ def _groups(findings: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
         else:
             home[1].append(f)
     return causes + rest
+
+
+def _fold_consequences(groups: list[tuple[Finding, list[Finding]]]) -> list[tuple[Finding, list[Finding]]]:
+    """`groups` with each consequence's group folded under the group of the cause that brings it about."""
+    home: dict[Cause, tuple[Finding, list[Finding]]] = {g[0].cause: g for g in groups if g[0].cause is not None}
+    out = []
+    for group in groups:
+        primary = group[0]
+        parent = next((home[c] for c, follows in CONSEQUENCES.items()
+                       if primary.cause in follows and c in home), None)
+        if (parent is None or primary.category == "input" or parent[0].severity.rank > primary.severity.rank
+                or any(f.category == "input" for f in group[1])):
+            out.append(group)
+        else:
+            parent[1].extend((primary, *group[1]))
+    return out
 
 
 def _impact(group: tuple[Finding, list[Finding]]) -> float | None:

@@ -147,8 +147,12 @@ class LogScan:
 
     def starts(self) -> int:
         """How many server starts (model loads) the logs show."""
+        return len(self.start_entries())
+
+    def start_entries(self) -> list[LoadDuration]:
+        """One load entry per server start the logs show (the first shard or rank of a start), in log order."""
         seen: set[tuple[str, str]] = set()
-        count = 0
+        out = []
         for d in self.load_durations:
             if d.stage not in _PRIMARY_STAGES or (d.backend == "vllm" and d.stage == "weights" and any(
                 x.stage == "model_load" for x in self.load_durations)):
@@ -156,6 +160,6 @@ class LogScan:
             key = (d.file, (d.timestamp or "")[:16]) if d.stage in _PER_RANK_STAGES else (d.file, str(d.line))
             if key not in seen:
                 seen.add(key)
-                count += 1
-        return count
+                out.append(d)
+        return out
 

@@ -280,8 +280,9 @@ def _detail(rank: int | None, f: Finding, report: Report, titles: dict[str, str]
         blocks.append(Para((Span("Cost: ", "bold"), Span("not estimated"
                                                          + (f" ({f.impact_basis})." if f.impact_basis else "."))),
                            dim=True))
-    symptoms = [s for s in f.supporting if s.symptom is not None]
-    others = [s for s in f.supporting if s.symptom is None]
+    # what it explains: its symptoms, and the causes it brings about (KV pressure: a queue, prefill again)
+    symptoms = [s for s in f.supporting if s.symptom is not None or (s.cause is not None and s.cause != f.cause)]
+    others = [s for s in f.supporting if s not in symptoms]
     if symptoms:
         blocks.append(Para((Span("It explains:"),)))
         blocks.append(Bullets(tuple((Span(f"{s.check_id} ", "bold"), Span(s.title)) for s in symptoms)))
