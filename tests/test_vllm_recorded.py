@@ -179,7 +179,9 @@ def test_ld303_counts_the_imports_before_the_first_line_from_process_start_time(
     assert finding.impact_ms == pytest.approx(expected * 1000, abs=1)
     # Against our own clock: launch to the first 200 from /v1/models (which follows the ready line).
     assert expected == pytest.approx(healthy["launch_to_ready_s"], abs=3)
-    assert "process start" in finding.message and finding.severity.value == "warning"
+    assert "process start" in finding.message
+    # One start that no request of this run met: a past start-up is a risk, info with its cost (issue 26).
+    assert finding.severity.value == "info" and "A past start-up" in finding.message
 
 
 def test_ld303_falls_back_to_the_log_when_the_metrics_disagree_with_it() -> None:
