@@ -35,7 +35,10 @@ class QueueBuilding(Check):
     server timed each of our requests itself (a per-request queue clock
     such as TGI's ``x-queue-time``, judged as the waterfall judges it: a
     negative one or one longer than the request is set aside), the mean of
-    those clocks is taken, and the evidence names the clock.
+    those clocks is taken, and the evidence names the clock. Such
+    per-request clocks (vLLM 0.32's ``metrics.queue_time_ms`` with
+    ``--enable-per-request-metrics``) are taken before any histogram,
+    even one that holds only our requests.
 
     ## Why it adds latency
     A queued request pays the whole wait before its prefill starts: it adds
@@ -89,8 +92,10 @@ class QueueBuilding(Check):
         our_ttft_ms = _mean_ttft(base)
         seen = d.observed("queue_time") if d else None
         ours = queue_ms is not None and d is not None and d.our_requests > 0 and seen == d.our_requests
-        # No histogram delta of our requests alone: the server may have timed each of them itself.
-        clocked = None if ours or base is None else _clocked_queue(base)
+        # The server's own clock on each of our requests (vLLM's per-request metrics, TGI's x-queue-time)
+        # wins over any histogram: it is ours alone, request by request.
+        clocked = None if base is None else _clocked_queue(base)
+        ours = ours and clocked is None
         if waiting is None and queue_ms is None and clocked is None:
             raise CheckSkipped(f"{m.backend} exports neither a queue gauge nor a queue-time histogram, and our "
                                "requests carry no queue clock of the server's")

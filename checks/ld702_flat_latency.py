@@ -8,8 +8,9 @@ from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.floor_phase import floor_phase
 from llmdoctor.noise import timing_confidence
-from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SWEEP
+from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, CLIENT_HOST, SWEEP
 
 FIXED_SHARE_LIMIT = 0.5
 MIN_FIXED_MS = 100.0
@@ -62,6 +63,13 @@ class FlatLatency(Check):
     so (found on real vLLM with ``--max-num-seqs 1`` under other clients'
     streams on a busy host: the sweep's requests waited 5.7 s in the queue,
     the median baseline request took 1.9 s in all).
+    When the server's own clock for the typical "Say ok." request
+    (vLLM's per-request ``metrics``, llama.cpp's ``timings``, TGI's
+    headers, or a histogram over our requests alone, never shared traffic)
+    places at least half of the fixed cost in one phase, the finding
+    names that phase's cause: the queue (queueing), prefill (a fixed
+    per-request server overhead) or the time in front of the model server
+    (a gateway); else it is a symptom for another cause to explain.
     On a saturated client host, or with fewer requests than
     asked, the confidence is lowered. The fixed cost includes the sweep
     prompt's prefill and the network round trip from this machine.
@@ -72,7 +80,7 @@ class FlatLatency(Check):
     title = "Flat-latency fit: fixed vs per-token cost"
     category = Category.BASELINE
     requires = (SWEEP,)
-    optional = (CLIENT_HOST, BASELINE)
+    optional = (CLIENT_HOST, BASELINE, ATTRIBUTION)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         sweep = ctx.get(SWEEP)
@@ -108,13 +116,21 @@ class FlatLatency(Check):
         interval = fit.fixed_interval
         within = f" (interval {interval[0]:,.0f}–{interval[1]:,.0f} ms)" if interval else ""
         shortfall = f" From {sweep.samples_note()}." if sweep.short else ""
+        attributed = ctx.optional(ATTRIBUTION)
+        where = floor_phase(attributed.typical, fixed) if attributed is not None else None
+        title = f"Flat latency: a fixed {fixed:,.0f} ms is {share:.0%} of a typical request"
+        placed = ""
+        if where is not None:
+            title += f", {where.ms:,.0f} ms of it {where.phase_words} by the server's own clock"
+            placed = (f" By the server's own clock ({where.source}), {where.words}: that is where the fixed "
+                      "cost is paid.")
         yield Finding(
             Severity.WARNING,
             timing_confidence(fit.confidence(), host=ctx.optional(CLIENT_HOST), timings=timings, short=sweep.short),
-            f"Flat latency: a fixed {fixed:,.0f} ms is {share:.0%} of a typical request",
+            title,
             f"Every request pays about {fixed:,.0f} ms{within} whatever its length, plus {fit.per_token_ms:.1f} ms "
             f"per output token: a {typical}-token answer takes ~{fit.predict(typical):,.0f} ms, "
-            f"a 2-token answer still ~{fit.predict(2):,.0f} ms.{shortfall}",
+            f"a 2-token answer still ~{fit.predict(2):,.0f} ms.{placed}{shortfall}",
             Fix(
                 "Cut or amortise the fixed cost per request.",
                 (
@@ -135,6 +151,10 @@ class FlatLatency(Check):
                 Evidence("fit", fit.method, "", "sweep fit"),
                 Evidence("points", fit.points, "", "sweep"),
                 Evidence("ignore_eos honoured", sweep.ignore_eos, "", "sweep"),
+                *((Evidence(f"{where.phase} (typical request, server clock)", round(where.ms, 1), "ms",
+                            where.source),) if where is not None else ()),
             ),
-            symptom=Symptom.FIXED_COST,
+            # The server's own clock places it in one phase: that phase is its cause; else a symptom to explain.
+            cause=where.cause if where is not None else None,
+            symptom=Symptom.FIXED_COST if where is None else None,
         )

@@ -138,8 +138,16 @@ def _lay_out(budget: float, cs: ClockSet, kinds: tuple[str, ...], notes: list[st
 
 
 def _server_ttft(cs: ClockSet, wait: float) -> tuple[float, str, str] | None:
-    """The server's own time to first token (ms, source, clock), if its clocks give it."""
-    if (ttft := cs.ms(ClockKind.TTFT)) is not None:
+    """The server's own time to first token (ms, source, clock), if its clocks give it.
+
+    The request's own prefill clock (vLLM's per-request ``metrics``, llama.cpp's ``timings``) wins over
+    a time to first token that is only a histogram's mean.
+    """
+    ttft_clock, prefill_clock = cs.accepted.get(ClockKind.TTFT), cs.accepted.get(ClockKind.PREFILL)
+    own_prefill = prefill_clock is not None and prefill_clock.origin != ClockOrigin.METRICS
+    if ttft_clock is not None and own_prefill and ttft_clock.origin == ClockOrigin.METRICS:
+        ttft_clock = None
+    if ttft_clock is not None and (ttft := ttft_clock.ms) is not None:
         return min(ttft, wait), cs.source(ClockKind.TTFT), cs.origin(ClockKind.TTFT) or Clock.INFERRED
     if cs.ms(ClockKind.PREFILL) is not None:
         kinds = (ClockKind.VALIDATION, ClockKind.QUEUE, ClockKind.LOAD, ClockKind.PREFILL)

@@ -46,7 +46,8 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
     base = results.get(BASELINE)
     if base is None or not any(s.ok and s.total_ms is not None for s in base.samples):
         return None
-    joined = _attribution(results, base).typical
+    attributed = _attribution(results, base)
+    joined = attributed.typical
     phases = joined.phases
     transport = results.get(TRANSPORT)
     path = transport.proxy_path if transport is not None else None
@@ -68,6 +69,7 @@ def build_breakdown(results: Results, options: Options) -> Breakdown | None:
         held_ms=joined.held_ms if joined.held_ms > 0 else (0.0 if joined.anchor else None),
         split_sources=joined.sources,
         split_notes=joined.notes,
+        clock_hint=attributed.clock_hint,
     )
     sweep = results.get(SWEEP)
     fit = sweep.separable_fit if sweep is not None else None

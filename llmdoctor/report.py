@@ -10,7 +10,7 @@ from llmdoctor.diagnosis.model import Diagnosis
 from llmdoctor.failures import counts_as_trouble
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.probes.lag import ClientHostResult
-from llmdoctor.probes.outcomes import ProbeTally, RequestLedger
+from llmdoctor.probes.outcomes import ProbeTally, RequestLedger, RequestOutcome
 from llmdoctor.probes.timing import ErrorKind
 from llmdoctor.runner import CheckOutcome
 
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 
 
 class ExitCode:
@@ -86,6 +86,8 @@ class Breakdown:
     held_ms: float | None = None
     split_sources: list[str] = field(default_factory=list)
     split_notes: list[str] = field(default_factory=list)
+    #: How to get the server's own per-request clocks when it could send them and did not (schema 1.8).
+    clock_hint: str = ""
 
 
 @dataclass
@@ -102,13 +104,16 @@ class Accounting:
     #: 1.7). A run with any is never OK either, even when the checks that would say so were not
     #: selected (``--select LD3`` against a server that is down).
     unanswered: int = 0
+    #: Every request of the run in the order sent, with the ``X-Request-Id`` and ``traceparent`` it
+    #: carried (schema 1.8): how an operator finds our requests in the server's logs and traces.
+    requests: list[RequestOutcome] = field(default_factory=list)
 
     @classmethod
     def of(cls, ledger: RequestLedger) -> Accounting:
         """The accounting of a run's request ledger."""
         return cls(ledger.overall(), ledger.overall(generation_only=True), ledger.by_probe(),
                    sum(1 for r in ledger.generations if counts_as_trouble(r)),
-                   sum(1 for r in ledger.requests if r.error in _NO_ANSWER))
+                   sum(1 for r in ledger.requests if r.error in _NO_ANSWER), list(ledger.requests))
 
     @property
     def troubled(self) -> bool:

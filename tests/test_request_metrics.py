@@ -82,3 +82,73 @@ def test_sim_vllm_without_the_flag_sends_no_metrics_and_other_flavors_refuse_it(
     assert "metrics" not in answer and not any("metrics" in c for c in chunks)
     with pytest.raises(ValueError, match="per_request_metrics"):
         get_profile("healthy", flavor="tgi", per_request_metrics=True)
+
+
+# -- through the probe client --------------------------------------------------------------------
+def test_the_probe_client_reads_the_clocks_of_a_stream_and_of_an_answer() -> None:
+    from llmdoctor.clocks import judge
+    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.target import Target
+
+    with SimServer(get_profile("healthy", flavor="vllm", per_request_metrics=True, **FAST)) as server, \
+            ProbeClient(Target(server.url + "/v1"), timeout_s=10, max_requests=5) as client:
+        streamed = client.chat("Say ok.", max_tokens=5)  # asks stream_options.include_usage itself
+        answered = client.chat("Say ok.", max_tokens=5, stream=False)
+    for t in (streamed, answered):
+        cs = judge(t)
+        assert {ClockKind.QUEUE, ClockKind.PREFILL, ClockKind.DECODE} <= set(cs.accepted), (t.server_clocks, cs)
+        assert cs.own(ClockKind.PREFILL) is not None and cs.origin(ClockKind.PREFILL) == ClockOrigin.BODY
+        prefill = cs.ms(ClockKind.PREFILL)
+        assert prefill is not None and prefill >= 30  # the profile's fixed cost sits in the server's prefill
+    assert streamed.ttft_ms is not None and prefill is not None
+
+
+def _recording_server(seen: list[dict[str, str]]):  # type: ignore[no-untyped-def]
+    from tests.rawserver import ScriptedServer, http_response, request_headers
+
+    def handler(conn, request):  # type: ignore[no-untyped-def]
+        seen.append(request_headers(request))
+        conn.sendall(http_response(200, body={"data": [{"id": "m"}]}))
+
+    return ScriptedServer(handler)
+
+
+def test_every_request_carries_its_own_request_id_and_a_valid_traceparent() -> None:
+    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.trace_ids import valid_traceparent
+    from llmdoctor.target import Target
+
+    seen: list[dict[str, str]] = []
+    with _recording_server(seen) as srv, ProbeClient(Target(srv.url + "/v1"), timeout_s=5, max_requests=5) as client:
+        timings = [client.get_json("/models")[0] for _ in range(3)]
+    assert [h.get("x-request-id") for h in seen] == [t.request_id for t in timings]
+    assert [h.get("traceparent") for h in seen] == [t.traceparent for t in timings]
+    assert len({t.request_id for t in timings}) == 3 and len({t.traceparent.split("-")[1] for t in timings}) == 3
+    assert all(valid_traceparent(t.traceparent) and len(t.request_id) == 32 for t in timings)
+
+
+def test_a_users_own_request_id_header_wins() -> None:
+    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.target import Target
+
+    seen: list[dict[str, str]] = []
+    with _recording_server(seen) as srv, ProbeClient(Target(srv.url + "/v1", headers=(("X-Request-Id", "mine"),)),
+                                                     timeout_s=5, max_requests=2) as client:
+        timing, _ = client.get_json("/models")
+    assert seen[0]["x-request-id"] == "mine" and timing.request_id == "mine"
+    assert seen[0]["traceparent"] == timing.traceparent != ""
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+    ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+    ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", False),
+    ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+])
+def test_traceparent_format(value: str, ok: bool) -> None:
+    from llmdoctor.probes.trace_ids import new_ids, valid_traceparent
+
+    assert valid_traceparent(value) is ok
+    ids = new_ids()
+    assert valid_traceparent(ids.traceparent) and ids.trace_id == ids.traceparent[3:35]

@@ -52,6 +52,8 @@ class AttributionResult:
     #: Headers of the typical answer that hint at a hop in between (supporting evidence only).
     proxy_headers: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: How to get the server's own per-request clocks when it could send them and did not (the flag).
+    clock_hint: str = ""
 
     @property
     def in_front(self) -> list[float]:
@@ -128,6 +130,20 @@ def _own_decode(cs: ClockSet) -> tuple[float | None, str]:
     return clock.ms, clock.source
 
 
+def _clock_hint(backend: str, samples: list[RequestTiming]) -> str:
+    """The flag that makes the server time each request itself, when it could and did not (vLLM 0.32+)."""
+    from llmdoctor.request_metrics import FIELDS, FLAG
+
+    if backend != "vllm":
+        return ""
+    sources = {f"metrics.{key}" for key in FIELDS}
+    if any(c.source in sources for t in samples if t.ok for c in t.server_clocks):
+        return ""
+    return (f"vLLM can time each request itself (its queue, prefill and decode, on every answer): start it with "
+            f"{FLAG} (vLLM 0.32+); without it these phases are its histograms' means over the window, shared with "
+            "any other traffic")
+
+
 def attribute(baseline: RequestTiming | None, samples: list[RequestTiming], sweep: list[RequestTiming],
               metrics: object | None = None, native: RequestTiming | None = None,
               fit_per_token: float | None = None, label: str = "") -> AttributionResult:
@@ -162,7 +178,8 @@ def attribute(baseline: RequestTiming | None, samples: list[RequestTiming], swee
         if t.ok and (shape := joined(t, False)[1]) is not None:
             shapes.append(shape)
     result = AttributionResult(label=label, typical=joined(typical, True)[0], splits=splits, shapes=shapes,
-                               token_clock=clock, backend=backend, proxy_headers=proxy_headers(typical), notes=notes)
+                               token_clock=clock, backend=backend, proxy_headers=proxy_headers(typical), notes=notes,
+                               clock_hint=_clock_hint(backend, samples))
     result.typical.notes = list(dict.fromkeys([*notes, *result.typical.notes]))
     return result
 

@@ -67,6 +67,7 @@ from llmdoctor.probes.stream_reader import (
 )
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.tls_context import ssl_context
+from llmdoctor.probes.trace_ids import new_ids
 from llmdoctor.probes.transports import (
     LABEL,
     MAX_RETRY_AFTER_S,
@@ -364,6 +365,9 @@ class ProbeClient:
         extra_headers = {"Content-Type": "application/json"} if content is not None else {}
         if mode == "sse":
             extra_headers["Accept"] = "text/event-stream"
+        # Ids for the server's logs and traces, fresh per request (its retries keep them); a user's own
+        # --header wins.
+        extra_headers.update({k: v for k, v in new_ids().headers().items() if k.lower() not in self._user_headers})
         request = self._client.build_request(method, url, content=content, headers=extra_headers,
                                              extensions={_MODE: mode, LABEL: f"{method} {path}"})
         if anonymous:
@@ -390,6 +394,8 @@ class ProbeClient:
         # The URL path as sent ("/v1/models"), without a query string that could hold a secret.
         timing = RequestTiming(method=request.method, path=request.url.path, streamed=(mode == "sse"),
                                retried=isinstance(retry, Retry))
+        timing.request_id = request.headers.get("x-request-id", "")
+        timing.traceparent = request.headers.get("traceparent", "")
         payload: Any = None
         t0 = attempt.t0
         try:

@@ -53,6 +53,9 @@ class RequestOutcome:
     client_lag_ms: float | None = None
     #: Why this request failed by our own doing (our probe did not fit the window); "" otherwise.
     misfit: str = ""
+    #: The ``X-Request-Id`` and ``traceparent`` it carried, to find it in the server's logs and traces.
+    request_id: str = ""
+    traceparent: str = ""
 
     @property
     def ok(self) -> bool:
@@ -93,6 +96,7 @@ class RequestOutcome:
             retry_after=headers.get("retry-after"),
             rate_limit={k: v[:80] for k, v in headers.items() if k.startswith(RATE_LIMIT_PREFIXES)},
             peer=t.peer, client_lag_ms=t.client_lag_ms, misfit=t.misfit,
+            request_id=t.request_id, traceparent=t.traceparent,
         )
 
 

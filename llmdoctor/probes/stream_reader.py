@@ -26,6 +26,7 @@ from llmdoctor.probes.errors import BodyStop
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor
+from llmdoctor.request_metrics import vllm_request_clocks
 
 __all__ = [
     "MAX_READS_KEPT",
@@ -377,7 +378,8 @@ def _on_choice(choice: dict[str, Any], now_ms: float, timing: RequestTiming, st:
 
 
 def apply_final_chunk(obj: dict[str, Any], timing: RequestTiming) -> None:
-    """What a server sends with its last chunk (or its whole answer): ``usage``, llama.cpp's ``timings``.
+    """What a server sends with its last chunk (or its whole answer): ``usage``, llama.cpp's ``timings``,
+    vLLM's per-request ``metrics`` (`llmdoctor.request_metrics`).
 
     Called for every chunk (a server may send usage on any) and for a non-streamed answer.
     """
@@ -395,6 +397,7 @@ def apply_final_chunk(obj: dict[str, Any], timing: RequestTiming) -> None:
         # The last timings object sent wins (llama.cpp may send one per chunk).
         timing.server_clocks = [c for c in timing.server_clocks if not c.source.startswith("timings.")]
         timing.server_clocks.extend(llamacpp_clocks(timings))
+    timing.server_clocks.extend(vllm_request_clocks(obj))  # vLLM --enable-per-request-metrics: its final chunk
 
 
 def apply_completion(obj: Any, timing: RequestTiming, redactor: Redactor) -> None:

@@ -141,6 +141,10 @@ class RequestTiming:
     retried: bool = False
     #: The address (``ip:port``) the answer came from.
     peer: str = ""
+    #: The ``X-Request-Id`` and W3C ``traceparent`` it was sent with (`llmdoctor.probes.trace_ids`):
+    #: how an operator finds it in the server's logs and traces.
+    request_id: str = ""
+    traceparent: str = ""
     #: The worst scheduling lag llmdoctor's own process suffered while the request ran (ms; the lag
     #: sampler, `llmdoctor.probes.lag`): any timestamp of this request may be up to this late.
     client_lag_ms: float | None = None

@@ -102,7 +102,10 @@ def _requests(report: Report) -> dict[str, Any]:
         out.update({"ok": a.overall.ok, "failed": a.overall.failed, "retried": a.overall.retried,
                     "success_ratio": _tally(a.overall)["success_ratio"], "generation": _tally(a.generation),
                     "troubled_generations": a.troubled_generations, "unanswered": a.unanswered,
-                    "by_probe": [_tally(t) for t in a.by_probe]})
+                    "by_probe": [_tally(t) for t in a.by_probe],
+                    "ids": [{"probe": r.probe, "method": r.method, "path": r.path, "sent_at": _round(r.started_at, 3),
+                             "outcome": r.outcome, "request_id": r.request_id, "traceparent": r.traceparent}
+                            for r in a.requests if r.request_id or r.traceparent]})
     return out
 
 
@@ -184,7 +187,8 @@ def _report_dict(report: Report) -> dict[str, Any]:
             "phases": [{"name": p.name, "ms": _round(p.ms), "note": p.note, "clock": p.clock, "source": p.source}
                        for p in b.phases],
             "split": {"in_front_ms": _round(b.in_front_ms), "server_ms": _round(b.server_ms),
-                      "held_ms": _round(b.held_ms), "sources": list(b.split_sources), "notes": list(b.split_notes)},
+                      "held_ms": _round(b.held_ms), "sources": list(b.split_sources), "notes": list(b.split_notes),
+                      "hint": b.clock_hint},
             "new_connection_ms": _round(b.new_connection_ms),
             "ttft_p50_ms": _round(b.ttft_p50_ms),
             "ttft_p90_ms": _round(b.ttft_p90_ms),

@@ -339,6 +339,8 @@ def _waterfall(report: Report, options: ViewOptions) -> Section | None:
     # The split first: at 80 columns the table's wrapped notes would push it off the first screen.
     split = split_summary(b)
     blocks: list[Block] = [Para((Span(split, "bold"),))] if split is not None else []
+    if b.clock_hint:
+        blocks.append(Para((Span(b.clock_hint + "."),), dim=True))
     blocks.append(Waterfall(b.total_ms, rows))
     blocks.append(Para((Span(_percentiles(b)),), dim=True))
     fit = fit_summary(b)

