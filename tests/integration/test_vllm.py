@@ -152,6 +152,19 @@ class TestHealthy:
         assert not loud, loud
         assert not (report.get("diagnosis") or {}).get("confirmed"), _summary(report)
 
+    def test_without_per_request_metrics_the_report_says_how_to_turn_them_on(self, healthy: dict[str, Any]) -> None:
+        """The control of test_vllm_request_clocks.py (issue 26): a vLLM that could time each request itself
+        and does not. The waterfall's phases are its histograms' means, the report names the flag, and no
+        cause is confirmed or loud on a healthy server."""
+        server: VllmServer = healthy["server"]
+        report = _save(healthy["tmp"], "no-request-clocks", _check(server))
+        split = report["breakdown"]["split"]
+        assert "--enable-per-request-metrics" in split["hint"], split
+        assert not any(p["source"].startswith("metrics.") for p in report["breakdown"]["phases"])
+        assert not (report.get("diagnosis") or {}).get("confirmed"), _summary(report)
+        assert not [f for f in report["findings"] if f.get("cause") in ("queueing", "server_floor", "long_prefill")
+                    and f["severity"] != "info"], _summary(report)
+
     def test_oversized_request_is_ld101_critical_and_ranked_first(self, healthy: dict[str, Any]) -> None:
         server: VllmServer = healthy["server"]
         text, tokens = prompt_over(server.url, server.model_id, MAX_MODEL_LEN + 76)
@@ -337,6 +350,17 @@ class TestKvPressure:
         first = _first(report)
         assert first["check_id"] in KV_CHECKS or first.get("cause") in KV_CAUSES, _summary(report)
         assert _first_in_text(kv["text"]) == first["check_id"]
+
+    def test_no_loud_past_start_up_and_the_queue_and_prefill_fold_under_kv_pressure(self, kv: dict[str, Any]) -> None:
+        """Issue 26: the log's start-up (minutes before, met by no request of this run) is info, and the queue
+        and the slow prefill that KV preemption causes are listed under it, not as separate warnings."""
+        report = kv["report"]
+        startup = [f for f in _findings(report) if f["check_id"] == "LD303"]
+        assert all(f["severity"] == "info" or "met a cold server" in f["message"] for f in startup), startup
+        kv_first = _first(report)
+        listed = {f.get("cause") for f in report["findings"] if f["severity"] != "info"}
+        if kv_first.get("cause") in KV_CAUSES:
+            assert not listed & {"queueing", "long_prefill"}, _summary(report)
 
     def test_the_differential_diagnosis_confirms_kv_pressure(self, kv: dict[str, Any]) -> None:
         """vLLM's preemption counter moved during our run: KV pressure is confirmed, and queueing (its
