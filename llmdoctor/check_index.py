@@ -192,7 +192,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD702', 'flat-latency', 'Flat-latency fit: fixed vs per-token cost', 'baseline', 702,
-        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), ('client_host', 'baseline'),
+        'llmdoctor.checks.ld702_flat_latency:FlatLatency', ('sweep',), ('client_host', 'baseline', 'attribution'),
     ),
     (
         'LD703', 'decode-speed', 'Decode speed per output token', 'baseline', 703,
