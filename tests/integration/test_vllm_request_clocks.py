@@ -100,29 +100,43 @@ def clocked_queue(vllm_version: str, tiny_hf_model: Path,
         with BackgroundLoad(server.url, server.model_id, streams=2, max_tokens=200, max_requests_each=100,
                             max_s=420):
             wait_for_metric(server.url, "vllm:num_requests_waiting", 1, timeout_s=120)
-            result = run_process("check", "--endpoint", server.url, "--json", "--timeout", "60", timeout=420)
+            saved = tmp / "measurements.json"
+            result = run_process("check", "--endpoint", server.url, "--json", "--timeout", "60",
+                                 "--save-measurements", str(saved), timeout=420)
     assert result.code in (0, 1, 2), f"exit {result.code}\n{result.err[-3000:]}"
     report = result.report
     (tmp / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"\nqueue with {FLAG}: {[(f['check_id'], f.get('cause'), f['severity']) for f in report['findings']]}")
-    yield report
+    waits = [c["ms"] for t in _baseline(json.loads(saved.read_text())) for c in t["server_clocks"]
+             if c["source"] == "metrics.queue_time_ms"]
+    print(f"\nqueue with {FLAG}: {[(f['check_id'], f.get('cause'), f['severity']) for f in report['findings']]}; "
+          f"our requests' own queue times {[round(w) for w in waits]} ms")
+    yield {**report, "own_waits": waits}
 
 
 def test_the_queue_is_measured_by_each_requests_own_clock_and_ranks_by_it(clocked_queue: dict[str, Any]) -> None:
-    """Issue 26: LD203's cost is the mean of vLLM's own ``metrics.queue_time_ms`` over our requests (high
-    confidence), not a histogram shared with the background streams; and the ranking follows that clock:
-    queueing is first when the typical request's own queue time is its largest phase.
+    """Issue 26: LD203 follows vLLM's own ``metrics.queue_time_ms`` of our requests, not a histogram shared
+    with the background streams. Whether ours wait depends on timing: when they did (one waited 50 ms or
+    more by vLLM's clock), LD203's cost is the mean of those clocks (high confidence) and queueing is first
+    when the typical request's queue is its largest phase; when none did (measured 2026-12-02: 0 ms each,
+    the background's own requests queued), no queue is claimed for ours and none is confirmed.
 
-    Measured 2026-12-02 on a host at load average 15 (two cores): our requests waited 258 ms each by
-    vLLM's clock, while the median request spent 507 ms sending and 372 ms in front of the engine (the
-    API server starved of CPU): the high floor then stays above the queue, as the server's clock says.
+    Measured the same day on a host at load average 15 (two cores): ours waited 258 ms each by vLLM's
+    clock while the median request spent 507 ms sending and 372 ms in front of the engine (the API server
+    starved of CPU): the high floor then stays above the queue, as the server's clock says.
     """
-    findings = clocked_queue["findings"]
-    ld203 = next(g for f in findings for g in (f, *f.get("supporting", ())) if g["check_id"] == "LD203")
-    assert "metrics.queue_time_ms" in {e["source"] for e in ld203["evidence"]}, ld203["evidence"]
-    assert ld203["confidence"] == "high" and "metrics.queue_time_ms" in ld203["impact_basis"]
+    findings, waits = clocked_queue["findings"], clocked_queue["own_waits"]
+    assert waits, "vLLM sent no per-request queue clock"
     phases = {p["name"]: p for p in clocked_queue["breakdown"]["phases"]}
     assert phases["queue"]["clock"] == "server_body"
+    ld203 = [g for f in findings for g in (f, *f.get("supporting", ())) if g["check_id"] == "LD203"]
+    if max(waits) < 50:
+        assert not [f for f in ld203 if "metrics.queue_time_ms" in f["impact_basis"]], ld203
+        confirmed = [c["id"] for c in (clocked_queue.get("diagnosis") or {}).get("confirmed", [])]
+        assert "queueing" not in confirmed, confirmed
+        return
+    assert ld203, [(f["check_id"], f.get("cause")) for f in findings]
+    assert "metrics.queue_time_ms" in {e["source"] for e in ld203[0]["evidence"]}, ld203[0]["evidence"]
+    assert ld203[0]["confidence"] == "high" and "metrics.queue_time_ms" in ld203[0]["impact_basis"]
     biggest = max(clocked_queue["breakdown"]["phases"], key=lambda p: p["ms"])
     if biggest["name"] == "queue":
         assert findings[0].get("cause") == "queueing", [(f["check_id"], f.get("cause")) for f in findings]
