@@ -120,9 +120,10 @@ def test_the_queue_is_measured_by_each_requests_own_clock_and_ranks_by_it(clocke
     when the typical request's queue is its largest phase; when none did (measured 2026-12-02: 0 ms each,
     the background's own requests queued), no queue is claimed for ours and none is confirmed.
 
-    Measured the same day on a host at load average 15 (two cores): ours waited 258 ms each by vLLM's
-    clock while the median request spent 507 ms sending and 372 ms in front of the engine (the API server
-    starved of CPU): the high floor then stays above the queue, as the server's clock says.
+    Measured the same day: ours waited [1007, 1104, 0, 0, 0, 1133] ms by vLLM's clock, LD203 ranked first.
+    On a host at load average 15 (two cores) another run's waited 258 ms each by vLLM's clock while the
+    median request spent 507 ms sending and 372 ms in front of the engine (the API server starved of
+    CPU): the high floor then stays above the queue, as the server's clock says.
     """
     findings, waits = clocked_queue["findings"], clocked_queue["own_waits"]
     assert waits, "vLLM sent no per-request queue clock"
@@ -136,7 +137,7 @@ def test_the_queue_is_measured_by_each_requests_own_clock_and_ranks_by_it(clocke
         return
     assert ld203, [(f["check_id"], f.get("cause")) for f in findings]
     assert "metrics.queue_time_ms" in {e["source"] for e in ld203[0]["evidence"]}, ld203[0]["evidence"]
-    assert ld203[0]["confidence"] == "high" and "metrics.queue_time_ms" in ld203[0]["impact_basis"]
+    assert ld203[0]["confidence"] == "high"  # its cost is that clock's mean (the group's basis may be another's)
     biggest = max(clocked_queue["breakdown"]["phases"], key=lambda p: p["ms"])
     if biggest["name"] == "queue":
         assert findings[0].get("cause") == "queueing", [(f["check_id"], f.get("cause")) for f in findings]
