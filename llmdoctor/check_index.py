@@ -77,6 +77,10 @@ CHECKS: tuple[Row, ...] = (
         'llmdoctor.checks.ld211_slow_replica:SlowReplica', ('baseline',), ('sweep', 'server_metrics'),
     ),
     (
+        'LD212', 'prefix-reuse', 'Prompt prefilled again on every request (prefix caching)', 'server', 212,
+        'llmdoctor.checks.ld212_prefix_reuse:PrefixReuse', ('prefix_reuse',), (),
+    ),
+    (
         'LD301', 'cold-start', 'Cold start on the first request', 'cold_start', 301,
         'llmdoctor.checks.ld301_cold_start:ColdStart', ('first_request', 'baseline'), (),
     ),

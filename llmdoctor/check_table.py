@@ -77,6 +77,7 @@ BUILTIN_CHECKS: tuple[BuiltinCheck, ...] = (
     BuiltinCheck("LD209", "ld209_log_context_overflow", "LogContextOverflow", STABLE),
     BuiltinCheck("LD210", "ld210_log_preemption", "LogPreemption", STABLE),
     BuiltinCheck("LD211", "ld211_slow_replica", "SlowReplica", STABLE),
+    BuiltinCheck("LD212", "ld212_prefix_reuse", "PrefixReuse", STABLE),
     BuiltinCheck("LD301", "ld301_cold_start", "ColdStart", STABLE),
     BuiltinCheck("LD302", "ld302_recent_restart", "RecentRestart", STABLE),
     BuiltinCheck("LD303", "ld303_log_model_load", "LogModelLoad", STABLE),

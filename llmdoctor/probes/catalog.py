@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.contract import AnyProbe, Endpoint, PlannedRequest, Probe, request
-from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, SERVER_TOKENS_SAMPLE, SINGLE_REQUESTS
+from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, PREFIX_REPEATS, SERVER_TOKENS_SAMPLE, SINGLE_REQUESTS
 
 if TYPE_CHECKING:
     from llmdoctor.diagnosis.model import Diagnosis
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.native_clocks import NativeTimings
     from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
+    from llmdoctor.probes.prefix_reuse import PrefixReuseResult
     from llmdoctor.probes.prompt_size import PromptSize
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTRIBUTION", "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS",
     "DISCOVERY", "DNS", "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
-    "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PROBES", "PROMPT_SIZE", "PROMPT_TOKENS",
-    "REFERENCE", "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
+    "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PREFIX_REUSE", "PROBES", "PROMPT_SIZE",
+    "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
 ]
 
 CHAT_BODY = '{"model", "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 8, "stream": true}'
@@ -128,6 +129,13 @@ def _prefill_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     # The two prompts counted by the tokenizer server_tokens found (llama.cpp: /apply-template + /tokenize each).
     return [*chats, request("POST", f"{e.root}/tokenize", '{"messages": [the short or the long prompt]}', 4,
                             "only when the answers report no usage and the server's tokenizer counted --request")]
+
+
+def _prefix_reuse_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    metrics = o.evidence.metrics_url or f"{e.root}/metrics"
+    return [request("POST", e.chat, '{"messages": [the largest --request chat, as it is], "max_tokens": 1, '
+                    '"stream": true}', PREFIX_REPEATS, "the same prompt each time"),
+            request("GET", metrics, "-", 2, "before and after, only when the server exports prefix-cache counters")]
 
 
 def _idle_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -299,6 +307,12 @@ PREFILL: Probe[PrefillResult] = Probe(
     needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE, SERVER_TOKENS), plan=_prefill_plan,
     title="a short and a long prompt (the cost of prompt processing)",
 )
+PREFIX_REUSE: Probe[PrefixReuseResult] = Probe(
+    "prefix_reuse", "llmdoctor.probes.prefix_reuse:prefix_reuse", "llmdoctor.probes.prefix_reuse:PrefixReuseResult",
+    "your largest prompt sent 3 times: does the server reuse its prefix (times to first token, cache counters)",
+    needs=(REQUESTS, BASELINE), optional=(DISCOVERY, SERVER_METRICS), plan=_prefix_reuse_plan, off=_no_requests,
+    title="your prompt sent again (prefix cache)",
+)
 TRANSPORT: Probe[TransportResult] = Probe(
     "transport", "llmdoctor.probes.transport:probe", "llmdoctor.probes.transport:TransportResult",
     "TCP round trip (handshakes), each resolved address in Happy-Eyeballs order, TLS handshake, keep-alive, "
@@ -395,8 +409,8 @@ CLIENT_HOST: Probe[ClientHostResult] = Probe(
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
     SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PROMPT_SIZE, PREFILL,
-    SWEEP, NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT, DIAGNOSIS,
-    ATTRIBUTION, OUTCOMES, CLIENT_HOST,
+    PREFIX_REUSE, SWEEP, NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT,
+    DIAGNOSIS, ATTRIBUTION, OUTCOMES, CLIENT_HOST,
 )
 
 #: Every probe by name (for recordings, which name probes).

@@ -6,7 +6,7 @@ request plans cannot import the probe modules back; both read these numbers from
 
 from __future__ import annotations
 
-__all__ = ["SERVER_TOKENS_SAMPLE", "SINGLE_REQUESTS", "CONCURRENCY_N", "DEFAULT_IDLE_S"]
+__all__ = ["SERVER_TOKENS_SAMPLE", "SINGLE_REQUESTS", "CONCURRENCY_N", "DEFAULT_IDLE_S", "PREFIX_REPEATS"]
 
 #: Requests tokenized by the server at most (the rest are extrapolated).
 SERVER_TOKENS_SAMPLE = 3
@@ -16,3 +16,5 @@ SINGLE_REQUESTS = 2
 CONCURRENCY_N = 2
 #: Idle wait of the after-idle follow-up when ``--idle-test`` did not give one.
 DEFAULT_IDLE_S = 2.0
+#: Times the prefix-reuse probe sends the application's prompt (the first, then the repeats).
+PREFIX_REPEATS = 3

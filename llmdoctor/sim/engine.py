@@ -111,6 +111,7 @@ class Engine:
         self._kv_tokens = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self._prefixes: set[str] = set()
         self.ttft = Histogram(TTFT_BUCKETS)
         self.queue_time = Histogram(REQUEST_LATENCY_BUCKETS)
         self.prefill_time = Histogram(REQUEST_LATENCY_BUCKETS)
@@ -159,6 +160,15 @@ class Engine:
             self._warm_at = now + p.cold_start_ms / 1000.0
             return p.cold_start_ms / 1000.0
         return 0.0
+
+    def cached(self, prompt_key: str) -> bool:
+        """Whether this prompt was seen before (with `LatencyProfile.prefix_cache`); remembers it."""
+        if not self.profile.prefix_cache:
+            return False
+        with self._lock:
+            seen = prompt_key in self._prefixes
+            self._prefixes.add(prompt_key)
+        return seen
 
     def first_token_offset_s(self, prompt_tokens: int, now: float) -> float:
         """Seconds from admission to the start of decode: cold start + fixed (+jitter) + prefill."""

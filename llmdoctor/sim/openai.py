@@ -8,6 +8,7 @@ vLLM's; every delay comes from the engine (`llmdoctor.sim.engine`).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -100,6 +101,8 @@ class _Plan:
     include_usage: bool
     prompt_tokens: int
     reasoning: list[str]
+    #: Prompt tokens served from the prefix cache (`LatencyProfile.prefix_cache`): not prefilled again.
+    cached_tokens: int
     content: list[str]
     finish_reason: str
     id: str
@@ -159,6 +162,8 @@ def _plan(h: Handler, data: dict[str, Any], chat: bool) -> _Plan:
         stream=bool(data.get("stream")),
         include_usage=p.stream_usage and bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
         prompt_tokens=prompt_tokens,
+        cached_tokens=prompt_tokens - 1 if h.engine.cached(json.dumps(data.get("messages", data.get("prompt")),
+                                                                     sort_keys=True)) else 0,
         reasoning=tok.reasoning_tokens(n_reasoning),
         content=tok.generated_tokens(total - n_reasoning),
         finish_reason="stop" if wanted < limit else "length",
@@ -305,7 +310,7 @@ def _generate(h: Handler, req: Request, chat: bool) -> None:
     with engine.admitted(plan.prompt_tokens):
         t0 = time.monotonic()
         try:
-            first_at = t0 + engine.first_token_offset_s(plan.prompt_tokens, t0)
+            first_at = t0 + engine.first_token_offset_s(plan.prompt_tokens - plan.cached_tokens, t0)
             for i, (kind, text) in enumerate(pieces):
                 if p.stream_cut_after is not None and i >= p.stream_cut_after:
                     break

@@ -53,6 +53,8 @@ class LatencyProfile:
     context_window: int = 4096
     #: Whether `/v1/models` and `/tokenize` state the window (``max_model_len``); llama-cpp-python states none.
     publish_window: bool = True
+    #: Serve a prompt seen before from a prefix cache: it pays the prefill of its last token only.
+    prefix_cache: bool = False
     #: Seconds after start during which generation requests get 503 "Loading model".
     loading_for_s: float = 0.0
     #: If set, every generation request answers this HTTP status with an OpenAI-shaped error.
