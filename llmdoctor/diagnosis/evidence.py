@@ -332,8 +332,9 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     else:
         out.append((Cause.LONG_PREFILL, WEAK, seen))
     if f.prompt_tokens is not None:  # the user's own prompt, not the probe's long one
-        return out, {Cause.LONG_PREFILL: (r.per_token_ms * f.prompt_tokens, f"measured ms per prompt token × "
-                                          f"your requests' {f.prompt_tokens:,}-token prompt (median, --request)")}
+        return out, {Cause.LONG_PREFILL: (r.per_token_ms * f.prompt_tokens, f"measured ms per prompt token (inferred "
+                                          f"from the client's time to first token) × your requests' "
+                                          f"{f.prompt_tokens:,}-token prompt (median, --request)")}
     return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_AT.quoted_tokens,
                                       f"measured ms per prompt token × a {PREFILL_AT.quoted_tokens:,}-token prompt")}
 
