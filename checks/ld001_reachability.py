@@ -15,7 +15,7 @@ from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST, HOST
 from llmdoctor.probes.discovery import EndpointInfo
 from llmdoctor.probes.host import HostResult
 from llmdoctor.probes.outcomes import RequestOutcome
-from llmdoctor.probes.timing import ErrorKind, RequestTiming
+from llmdoctor.probes.timing import ErrorKind, FailedBy, RequestTiming
 
 # A server process younger than this, found on this machine while its port refuses connections,
 # is probably still starting (vLLM binds its port only once the engine is ready: 26-114 s for a
@@ -55,7 +55,10 @@ class Reachability(Check):
     is reported as a warning, since it describes load, not breakage. A 503 is
     "the model loading" only when its answer says so; an HTML error page or an
     instant answer is a gateway in front of the model. Failures after the
-    first request are LD002's.
+    first request are LD002's. A request this client failed itself (``[Errno
+    24] Too many open files``, no free local port: the client marks who failed
+    each request) says nothing of the endpoint: it is an info finding under the
+    client's limits, which LD501 names with its fix and outranks.
     """
 
     id = "LD001"
@@ -68,6 +71,11 @@ class Reachability(Check):
     def run(self, ctx: Context) -> Iterator[Finding]:
         info = ctx.get(DISCOVERY)
         models = info.models_timing
+        first = ctx.optional(FIRST_REQUEST)
+        for t, where in ((models, f"GET {info.base_url}/models"), (first, "the first generation request")):
+            if t is not None and not t.ok and t.failed_by == FailedBy.CLIENT:
+                yield _client_failure(t, where)
+                return
         if not info.reachable:
             finding = _transport_failure(models, info.base_url, ctx.options.request.timeout_s)
             if models.error == ErrorKind.REFUSED:
@@ -113,12 +121,29 @@ class Reachability(Check):
                 cause=Cause.ENDPOINT_MISCONFIGURED,
             )
             return
-        first = ctx.optional(FIRST_REQUEST)
         if first is not None and not first.ok:
             yield _generation_failure(first, info, ctx.options.request.timeout_s)
         elif first is None and not models.ok:
             # No generation request could be sent: what /models answered is all there is to say.
             yield _generation_failure(models, info, ctx.options.request.timeout_s, where=f"GET {info.base_url}/models")
+
+
+def _client_failure(t: RequestTiming, where: str) -> Finding:
+    """This client failed the request itself (open files, ports): nothing is known of the endpoint."""
+    detail = t.error_detail.split("this client: ", 1)[-1]
+    short = detail.split(" (")[0].split(":")[0]
+    return Finding(
+        Severity.INFO, Confidence.HIGH,
+        f"This client failed 1 request: {short}",
+        f"This client failed {where} itself, before the endpoint saw it ({detail[:200]}): this says nothing of "
+        "the endpoint, whose reachability is unknown.",
+        Fix("Give this client what it ran out of, then check again.", (
+            "Open files: raise the limit (`ulimit -n 65536`, systemd `LimitNOFILE=65536`); LD501 reads it.",
+            "Ephemeral ports: reuse connections, or widen net.ipv4.ip_local_port_range.",
+        )),
+        evidence=(Evidence("error", t.error, source=where), Evidence("failed by", t.failed_by, source=where)),
+        cause=Cause.CLIENT_LIMITS,
+    )
 
 
 def _transport_failure(t: RequestTiming, base_url: str, timeout_s: float) -> Finding:

@@ -8,13 +8,23 @@ from collections.abc import Iterator, Sequence
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.failures import FailurePattern, counts_as_trouble, failure_pattern, signs_of_503
+from llmdoctor.failures import (
+    FailurePattern,
+    client_failures,
+    client_reasons,
+    counts_as_trouble,
+    failure_pattern,
+    signs_of_503,
+)
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.probes.catalog import FIRST_REQUEST, OUTCOMES
 from llmdoctor.probes.client import parse_retry_after
 from llmdoctor.probes.outcomes import RequestOutcome
+from llmdoctor.probes.timing import FailedBy
 
 SOURCE = "request_outcomes"
+#: The group of the failures the path to the server caused (a proxy or gateway, a dropped connection).
+PATH = "path"
 
 
 class GenerationFailures(Check):
@@ -34,6 +44,15 @@ class GenerationFailures(Check):
     start (LD305); other 503s, 5xx, timeouts and cut or empty answers are
     server errors. A 400/404/422 (a parameter or optional route the server
     does not have, which the probes handle) does not count.
+
+    Each failed request carries who failed it, as the client classified it. A
+    failure of the path (a proxy or gateway that closed or reset the request or
+    answered with its own HTML error page, a pooled connection dropped in
+    between) is reported as the path's, never as the server's. A request this
+    client failed itself (``[Errno 24] Too many open files``, no free local
+    port, its own deadline) is not the endpoint's at all: it is an info finding
+    ("this client failed N requests: too many open files") under the client's
+    limits, which LD501 names with its fix and outranks.
 
     ## Why it adds latency
     A refused request costs the application a wait and a retry (``Retry-After``
@@ -71,11 +90,14 @@ class GenerationFailures(Check):
         if len(gens) < 2:
             raise CheckSkipped(f"{len(gens)} generation request(s) sent: nothing after the first to judge")
         later = gens[1:]
+        mine = client_failures(later)
+        if mine:
+            yield _client_finding(mine, later)
         troubled = [r for r in later if counts_as_trouble(r)]
         if not troubled:
             return
         pattern = failure_pattern(gens)
-        groups: dict[Cause, list[tuple[RequestOutcome, str]]] = {}
+        groups: dict[Cause | str, list[tuple[RequestOutcome, str]]] = {}
         for r in troubled:
             cause, why = _cause(r, gens, pattern)
             if cause is not None:
@@ -84,8 +106,9 @@ class GenerationFailures(Check):
             yield _finding(cause, members, later, pattern, _described(members, gens, pattern))
 
 
-def _cause(r: RequestOutcome, gens: Sequence[RequestOutcome], pattern: FailurePattern) -> tuple[Cause | None, str]:
-    """The cause of one failure and a key for how it showed (failures alike are described once)."""
+def _cause(r: RequestOutcome, gens: Sequence[RequestOutcome],
+           pattern: FailurePattern) -> tuple[Cause | str | None, str]:
+    """The cause of one failure (`PATH`: the path's) and a key for how it showed (failures alike are described once)."""
     if r.status == 429:
         return Cause.RATE_LIMITING, "HTTP 429"
     if r.status == 503:
@@ -93,6 +116,8 @@ def _cause(r: RequestOutcome, gens: Sequence[RequestOutcome], pattern: FailurePa
         if who == "loading":
             return None, ""  # the model loading: LD305's cold start
         return (Cause.RATE_LIMITING if who == "gateway" else Cause.SERVER_ERRORS), "503:" + ",".join(signs)
+    if r.failed_by == FailedBy.PATH:
+        return PATH, r.label
     return Cause.SERVER_ERRORS, r.label
 
 
@@ -163,8 +188,56 @@ def _impact(failed: Sequence[RequestOutcome], later: Sequence[RequestOutcome]) -
                                        "before their retry: the expected cost per request")
 
 
-def _finding(cause: Cause, members: Sequence[tuple[RequestOutcome, str]], later: Sequence[RequestOutcome],
+def _client_finding(mine: Sequence[RequestOutcome], later: Sequence[RequestOutcome]) -> Finding:
+    """Requests this client failed itself: info under the client's limits (LD501 names the limit)."""
+    reasons = client_reasons(mine)
+    short = reasons.split(" (")[0]
+    return Finding(
+        Severity.INFO, Confidence.HIGH,
+        f"This client failed {len(mine)} requests: {short}",
+        f"This client failed {len(mine)} of {len(later)} generation requests after the first itself, before "
+        f"the server saw them: {reasons}. They are not the server's failures: its error counts and statistics "
+        "leave them out.",
+        Fix("Give this client what it ran out of.", (
+            "Open files: raise the limit (`ulimit -n 65536`, systemd `LimitNOFILE=65536`, Docker "
+            "`--ulimit nofile=65536`), or lower --concurrency; LD501 reads the limit.",
+            "Ephemeral ports: reuse connections (one long-lived client), or widen net.ipv4.ip_local_port_range.",
+        )),
+        evidence=(Evidence("failed by this client", len(mine), "", SOURCE),
+                  Evidence("of generation requests after the first", len(later), "", SOURCE),
+                  Evidence("what ran out", reasons, "", SOURCE)),
+        impact_basis="requests this client could not send; not a cost of the endpoint",
+        cause=Cause.CLIENT_LIMITS,
+    )
+
+
+def _path_finding(members: Sequence[tuple[RequestOutcome, str]], later: Sequence[RequestOutcome],
+                  pattern: FailurePattern, reasons: Sequence[str]) -> Finding:
+    failed = [r for r, _ in members]
+    share = len(failed) / len(later)
+    counted = f"{_share(len(failed), len(later))} ({share:.0%})"
+    return Finding(
+        Severity.CRITICAL if share >= 0.5 else Severity.WARNING,
+        Confidence.HIGH if len(failed) >= 2 else Confidence.MEDIUM,
+        f"Failures on the path to the server: {counted} failed",
+        f"{counted.capitalize()} failed between this client and the model server, not in it: "
+        f"{'; '.join(reasons)}. Pattern: {pattern.text}.",
+        Fix("Find what closes, resets or answers for the server on the way.", (
+            "A proxy or gateway's timeouts (nginx proxy_read_timeout, haproxy timeout server/client) "
+            "shorter than the longest answer cut the stream.",
+            "A pooled connection dropped in between: keep the client's idle timeout below the proxy's "
+            "and the server's keep-alive timeout.",
+            "An HTML error page is a gateway's: check its backends' health and its error log.",
+        )),
+        impact_basis="failed requests cost the application a retry or an error",
+        evidence=tuple(_evidence(members, later, pattern)),
+    )
+
+
+def _finding(cause: Cause | str, members: Sequence[tuple[RequestOutcome, str]], later: Sequence[RequestOutcome],
              pattern: FailurePattern, reasons: Sequence[str]) -> Finding:
+    if not isinstance(cause, Cause):
+        return _path_finding(members, later, pattern, reasons)
     failed = [r for r, _ in members]
     share = len(failed) / len(later)
     impact, basis = _impact(failed, later)

@@ -4,7 +4,9 @@ Shared by LD001 (the first request) and LD002 (the requests after it); no I/O.
 
 - `counts_as_trouble`: a refusal, a server error, a timeout, a cut or empty answer. A 400/404/422
   is the server rejecting what the doctor asked (a parameter it does not know, an optional route it
-  does not have), which the probes handle; it is not the endpoint failing.
+  does not have), which the probes handle; it is not the endpoint failing. Nor is a request this
+  client failed itself (`client_failures`: too many open files, no free local port, its own
+  deadline), which the client marks (`RequestOutcome.failed_by`).
 - `failure_pattern`: every Nth request, bursts, or a pace (refused when sent too soon after the
   last accepted one: a rate limit), from the order and start times of the requests.
 - `who_answered_503`: a 503 is "the model is loading" only when the answer says so; an HTML page
@@ -19,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmdoctor.probes.outcomes import RequestOutcome
+from llmdoctor.probes.timing import FailedBy
 
-__all__ = ["FailurePattern", "LOADING_WORDS", "counts_as_trouble", "failure_pattern", "ordinal", "sequential",
-           "signs_of_503", "who_answered_503"]
+__all__ = ["FailurePattern", "LOADING_WORDS", "client_failures", "client_reasons", "counts_as_trouble",
+           "failure_pattern", "ordinal", "sequential", "signs_of_503", "who_answered_503"]
 
 #: Words of a "the model is not ready" answer (llama.cpp "Loading model", TGI/vLLM start-up).
 LOADING_WORDS = ("loading", "not ready", "starting", "warming up", "initializing", "initialising")
@@ -35,8 +38,23 @@ INSTANT_MIN_MS = 5.0
 
 def counts_as_trouble(r: RequestOutcome) -> bool:
     """Whether a request ended in endpoint trouble (not a request the server merely declined, nor one
-    of our probes that did not fit the window: `RequestOutcome.misfit`)."""
-    return not r.ok and r.status not in _REJECTED and not r.misfit
+    of our probes that did not fit the window: `RequestOutcome.misfit`, nor one this client failed
+    itself: `RequestOutcome.failed_by`)."""
+    return not r.ok and r.status not in _REJECTED and not r.misfit and r.failed_by != FailedBy.CLIENT
+
+
+def client_failures(requests: Sequence[RequestOutcome]) -> list[RequestOutcome]:
+    """The requests this client failed itself (too many open files, no free port, its deadline)."""
+    return [r for r in requests if not r.ok and r.failed_by == FailedBy.CLIENT and not r.misfit]
+
+
+def client_reasons(failed: Sequence[RequestOutcome]) -> str:
+    """What ran out, from the client's own words: ``too many open files (EMFILE: …)`` ×N, joined."""
+    counts: dict[str, int] = {}
+    for r in failed:
+        reason = r.detail.split("this client: ", 1)[1].split(": ", 1)[0] if "this client: " in r.detail else r.label
+        counts[reason] = counts.get(reason, 0) + 1
+    return "; ".join(f"{reason} ×{n}" if len(counts) > 1 else reason for reason, n in counts.items())
 
 
 def ordinal(n: int) -> str:

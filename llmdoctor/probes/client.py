@@ -51,6 +51,7 @@ from llmdoctor.probes.errors import (
     BudgetExhausted,
     DeadlineReached,
     PlanExceeded,
+    blame,
     classify,
     parse_retry_after,
 )
@@ -383,10 +384,10 @@ class ProbeClient:
 
     def _discard(self, request: httpx.Request, response: httpx.Response | None, exc: Exception | None) -> None:
         """An attempt that is not the answer (it is retried): recorded like any other."""
-        self._record(request, response, exc)
+        self._record(request, response, exc, discarded=True)
 
     def _record(self, request: httpx.Request, response: httpx.Response | None,
-                exc: BaseException | None) -> tuple[RequestTiming, Any]:
+                exc: BaseException | None, *, discarded: bool = False) -> tuple[RequestTiming, Any]:
         """The `RequestTiming` of the request's current attempt (and its payload); into `history`."""
         mode = str(request.extensions.get(_MODE, "json"))
         retry = request.extensions.get(RETRY)
@@ -428,6 +429,9 @@ class ProbeClient:
             if isinstance(retry, Retry) and retry.reason == "backoff" and timing.status in _BACKOFF_STATUSES:
                 timing.error_detail = (f"{timing.error_detail} (also after waiting {retry.wait_s:g} s as "
                                        f"Retry-After asked; first answer: HTTP {retry.first_status})")
+            if not timing.ok:
+                blame(timing, exc, run_deadline=attempt.run_deadline and attempt.expired(),
+                      stale=discarded and timing.status is None, proxied=self.route.proxy is not None)
             timing.error_detail = self.redactor.text(timing.error_detail)[:500]
             timing.text = self.redactor.text(timing.text)
             self.history.append(timing)

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 
 import httpx
 
-from llmdoctor.probes.timing import ErrorKind
+from llmdoctor.probes.timing import ErrorKind, FailedBy, RequestTiming
 
-__all__ = ["BodyStop", "BudgetExhausted", "DeadlineReached", "PlanExceeded", "classify", "parse_retry_after"]
+__all__ = ["BodyStop", "BudgetExhausted", "DeadlineReached", "PlanExceeded", "blame", "classify", "client_failure",
+           "gateway_failure", "parse_retry_after"]
 
 
 class BudgetExhausted(Exception):
@@ -110,3 +111,79 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, httpx.ProtocolError | httpx.ReadError | httpx.WriteError):
         return ErrorKind.PROTOCOL, f"{type(exc).__name__}: {msg}"
     return ErrorKind.OTHER, f"{type(exc).__name__}: {msg}"
+
+
+#: OS errors that are this machine running out of something, not the endpoint failing.
+_CLIENT_ERRNOS = {
+    errno.EMFILE: "too many open files (EMFILE: the open-file limit, ulimit -n)",
+    errno.ENFILE: "too many open files in the system (ENFILE)",
+    errno.EADDRNOTAVAIL: "no free local port (EADDRNOTAVAIL: ephemeral ports exhausted)",
+    errno.ENOBUFS: "no buffer space (ENOBUFS)",
+    errno.ENOMEM: "out of memory (ENOMEM)",
+}
+_CLIENT_WORDS = {"[errno 24]": errno.EMFILE, "too many open files": errno.EMFILE,
+                 "[errno 99]": errno.EADDRNOTAVAIL, "cannot assign requested address": errno.EADDRNOTAVAIL}
+
+
+def client_failure(exc: BaseException) -> str | None:
+    """What ran out on this machine when `exc` is this client's own failure (None: it is not).
+
+    EMFILE/ENFILE (open files), EADDRNOTAVAIL (ephemeral ports), ENOBUFS/ENOMEM, anywhere in the
+    chain (httpcore wraps the `OSError` in a `ConnectError`); a wait for this client's own
+    connection pool (`httpx.PoolTimeout`).
+    """
+    for e in chain(exc):
+        code = getattr(e, "errno", None)
+        if code in _CLIENT_ERRNOS:
+            return _CLIENT_ERRNOS[code]
+        if isinstance(e, httpx.PoolTimeout):
+            return "no connection free in its own pool (pool timeout)"
+    text = str(exc).lower()
+    for word, code in _CLIENT_WORDS.items():
+        if word in text:
+            return _CLIENT_ERRNOS[code]
+    return None
+
+
+#: ``Server`` header words of proxies, gateways and balancers (never a model server's).
+GATEWAY_SERVERS = ("nginx", "haproxy", "envoy", "caddy", "traefik", "cloudflare", "awselb", "apache", "varnish",
+                   "squid", "tinyproxy", "kong", "istio", "openresty", "litellm")
+_CUT = (ErrorKind.PROTOCOL, ErrorKind.STREAM_CUT)
+
+
+def gateway_failure(timing: RequestTiming) -> bool:
+    """Whether a failed request's answer shows a gateway failing it, not the model server.
+
+    An HTML error page (a proxy's, a balancer's or a login page, never an API's JSON), or a cut or
+    reset answer whose headers came through a proxy (``Via``, or a ``Server`` naming one).
+    """
+    headers = timing.response_headers
+    ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "text/html" and (timing.status is None or timing.status >= 400 or timing.error == ErrorKind.BAD_BODY):
+        return True
+    server = headers.get("server", "").lower()
+    proxied = "via" in headers or any(word in server for word in GATEWAY_SERVERS)
+    return timing.error in _CUT and proxied
+
+
+def blame(timing: RequestTiming, exc: BaseException | None, *, run_deadline: bool, stale: bool,
+          proxied: bool) -> None:
+    """Set who failed `timing` (`FailedBy`): this client, the path to the server, or the server.
+
+    `exc`: what the request raised, if it did; `run_deadline`: the run's own deadline
+    (``--deadline``) cut it; `stale`: a pooled connection dropped between two requests (retried);
+    `proxied`: it went to a proxy from the environment, which is what failed when nothing answered.
+    """
+    phrase = client_failure(exc) if exc is not None else None
+    if phrase is not None:
+        timing.failed_by = FailedBy.CLIENT
+        timing.error_detail = f"this client: {phrase}: {timing.error_detail}"
+    elif run_deadline and timing.error == ErrorKind.READ_TIMEOUT:
+        timing.failed_by = FailedBy.CLIENT
+    elif stale:
+        timing.failed_by = FailedBy.PATH
+        timing.error_detail = f"a pooled connection was dropped in between: {timing.error_detail}"
+    elif timing.error == ErrorKind.DNS or (timing.status is None and proxied) or gateway_failure(timing):
+        timing.failed_by = FailedBy.PATH
+    else:
+        timing.failed_by = FailedBy.SERVER

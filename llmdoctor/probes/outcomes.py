@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmdoctor.probes.lag import ClientHostResult
-from llmdoctor.probes.timing import Outcome
+from llmdoctor.probes.timing import FailedBy, Outcome
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
@@ -56,6 +56,8 @@ class RequestOutcome:
     #: The ``X-Request-Id`` and ``traceparent`` it carried, to find it in the server's logs and traces.
     request_id: str = ""
     traceparent: str = ""
+    #: Who failed it (`FailedBy`: ``client``, ``path`` or ``server``); None when it did not fail.
+    failed_by: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -96,8 +98,17 @@ class RequestOutcome:
             retry_after=headers.get("retry-after"),
             rate_limit={k: v[:80] for k, v in headers.items() if k.startswith(RATE_LIMIT_PREFIXES)},
             peer=t.peer, client_lag_ms=t.client_lag_ms, misfit=t.misfit,
-            request_id=t.request_id, traceparent=t.traceparent,
+            request_id=t.request_id, traceparent=t.traceparent, failed_by=_failed_by(t),
         )
+
+
+def _failed_by(t: RequestTiming) -> str | None:
+    """Who failed `t`: as the client said; our probe that did not fit is this client's; an empty answer the server's."""
+    if t.outcome == Outcome.OK:
+        return None
+    if t.misfit:
+        return FailedBy.CLIENT
+    return t.failed_by or FailedBy.SERVER
 
 
 @dataclass
@@ -112,6 +123,8 @@ class ProbeTally:
     truncated: int = 0
     #: Failures by label ("HTTP 429": 3).
     failures: dict[str, int] = field(default_factory=dict)
+    #: Failures by who failed them (`FailedBy`: "client": 11).
+    failed_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -132,6 +145,8 @@ class ProbeTally:
         self.truncated += r.outcome == Outcome.TRUNCATED
         if not r.ok:
             self.failures[r.label] = self.failures.get(r.label, 0) + 1
+            who = r.failed_by or FailedBy.SERVER
+            self.failed_by[who] = self.failed_by.get(who, 0) + 1
 
     def failures_text(self) -> str:
         """``"3 × HTTP 429, 1 × empty answer"`` ("" when nothing failed)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ClockKind", "ClockOrigin", "ErrorKind", "Outcome", "RequestTiming", "ServerClock"]
+__all__ = ["ClockKind", "ClockOrigin", "ErrorKind", "FailedBy", "Outcome", "RequestTiming", "ServerClock"]
 
 
 class ErrorKind:
@@ -32,6 +32,21 @@ class ErrorKind:
     STREAM_CUT = "stream_cut"
     TOO_LARGE = "too_large"
     OTHER = "other"
+
+
+class FailedBy:
+    """Who failed a request (strings, for JSON): the layer that knows the failure names it.
+
+    ``client``: this client (too many open files, no free local port, its own pool, the run's
+    deadline); ``path``: something between it and the server (a proxy or gateway that closes,
+    resets or answers with its own HTML error page, a pooled connection dropped in between, name
+    resolution); ``server``: the server (its status and its own error body, its silence, its cut
+    stream). Client and path failures are never counted as the server's.
+    """
+
+    CLIENT = "client"
+    PATH = "path"
+    SERVER = "server"
 
 
 class Outcome:
@@ -151,6 +166,8 @@ class RequestTiming:
     #: Set when this request failed by our own doing, as the probe that sent it judged: our probe's
     #: prompt did not fit the model's window (`llmdoctor.probes.window`). Never the server's failure.
     misfit: str = ""
+    #: Who failed it (`FailedBy`): set on every request that did not end with a 2xx and no error.
+    failed_by: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -90,7 +90,8 @@ def _tally(t: ProbeTally) -> dict[str, Any]:
     ratio = t.success_ratio
     return {"probe": t.probe, "sent": t.sent, "ok": t.ok, "failed": t.failed, "retried": t.retried,
             "empty": t.empty, "truncated": t.truncated,
-            "success_ratio": None if ratio is None else round(ratio, 4), "failures": dict(t.failures)}
+            "success_ratio": None if ratio is None else round(ratio, 4), "failures": dict(t.failures),
+            "failed_by": dict(t.failed_by)}
 
 
 def _requests(report: Report) -> dict[str, Any]:

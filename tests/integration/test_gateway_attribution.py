@@ -227,7 +227,7 @@ def test_the_first_screen_says_how_much_is_in_front_and_in_the_model(capsys: pyt
     clocks = {p["name"]: p["clock"] for p in data["breakdown"]["phases"]}
     assert clocks["in front of the model server"] == "inferred"
     assert clocks["server, until its headers"] == "server_header"
-    assert data["schema_version"] == "1.7"
+    assert data["schema_version"] == "1.8"
 
 
 @pytest.mark.parametrize(("value", "why"), [
