@@ -77,7 +77,10 @@ def test_every_firing_fixture_finding_names_a_cause_or_a_symptom() -> None:
         assert check is not None
         for f in run_case(check, path).findings:
             what = f.cause.value if f.cause else f.symptom.value if f.symptom else ""
-            assert what or (f.check_id == "LD102" and f.title in HYGIENE), (path.name, f.title)
+            # Neither a cause nor a symptom: LD102's hygiene, and LD208's caveat about our own instrument (the
+            # client host's load when the endpoint is served elsewhere: info, never the patient's cause).
+            caveat = f.check_id == "LD208" and f.severity is Severity.INFO
+            assert what or (f.check_id == "LD102" and f.title in HYGIENE) or caveat, (path.name, f.title)
             named.setdefault(f.check_id, set()).add(what)
     symptoms = {cid for cid, whats in named.items() if whats & {s.value for s in Symptom}}
     assert symptoms == {"LD401", "LD701", "LD702", "LD710", "LD711"}, symptoms
