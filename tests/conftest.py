@@ -20,12 +20,14 @@ from __future__ import annotations
 import os
 import signal
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
 
 from llmdoctor.context import STRICT_ENV
+from tests.rawserver import Handler, ScriptedServer
 
 os.environ[STRICT_ENV] = "1"
 
@@ -76,3 +78,21 @@ def _stop_leftover_processes() -> Iterator[None]:
     psutil.wait_procs(leftovers, timeout=10)
     if names:
         warnings.warn(f"a test left {len(names)} process(es) running, now killed: {names}", stacklevel=1)
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[..., ScriptedServer]]:
+    """Make scripted servers (`tests/rawserver.py`): ``servers(handler, **kwargs)``; all are stopped at teardown.
+
+    A test module may define a `servers` fixture of its own (`tests/test_probe_contract.py` does).
+    """
+    made: list[ScriptedServer] = []
+
+    def make(handler: Handler, **kwargs: Any) -> ScriptedServer:
+        srv = ScriptedServer(handler, **kwargs)
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.stop()

@@ -13,7 +13,6 @@ from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.target import Target
 from tests.rawserver import (
     ScriptClock,
-    ScriptedServer,
     chunk,
     chunked_sse_response,
     http_response,
@@ -40,21 +39,6 @@ def final(usage: dict | None = None, **extra) -> dict:
     if usage is not None:
         obj["usage"] = usage
     return obj
-
-
-@pytest.fixture
-def servers():
-    """Make scripted servers (see tests/rawserver.py); all are stopped at teardown."""
-    made: list[ScriptedServer] = []
-
-    def make(handler, **kwargs) -> ScriptedServer:
-        srv = ScriptedServer(handler, **kwargs)
-        made.append(srv)
-        return srv
-
-    yield make
-    for srv in made:
-        srv.stop()
 
 
 def client_for(srv_or_url, *, timeout_s: float = 5.0, max_requests: int = 10, **kwargs) -> ProbeClient:

@@ -13,28 +13,12 @@ import resource
 import socket
 import struct
 
-import pytest
-
 from llmdoctor.failures import client_failures, counts_as_trouble
 from llmdoctor.probes.client import ProbeClient
 from llmdoctor.probes.outcomes import RequestOutcome
 from llmdoctor.probes.timing import ErrorKind, FailedBy
 from llmdoctor.target import Target
 from tests.rawserver import ScriptedServer, chunk, http_response, sse_event
-
-
-@pytest.fixture
-def servers():
-    made: list[ScriptedServer] = []
-
-    def make(handler, **kwargs) -> ScriptedServer:
-        srv = ScriptedServer(handler, **kwargs)
-        made.append(srv)
-        return srv
-
-    yield make
-    for srv in made:
-        srv.stop()
 
 
 def client_for(srv: ScriptedServer, **kwargs) -> ProbeClient:
