@@ -217,7 +217,7 @@ class Context:
 
         A log that cannot be written (stderr closed or full) is dropped: it never fails the request.
         """
-        from llmdoctor.probes.client import describe_request
+        from llmdoctor.probes.timing import describe_request
         from llmdoctor.redact import redact_output
 
         line = describe_request(timing, self._client.request_headers if self._client is not None else {})

@@ -98,7 +98,6 @@ __all__ = [
     "MAX_RETRY_AFTER_S",
     "PlanExceeded",
     "USER_AGENT",
-    "describe_request",
     "parse_retry_after",
 ]
 
@@ -111,25 +110,6 @@ DONE_GRACE_S = 1.0
 # Request extension: how the client reads the answer ("sse", "completion", "json", "text").
 _MODE = "llmdoctor.mode"
 _BACKOFF_STATUSES = (429, 503)
-
-
-def describe_request(timing: RequestTiming, request_headers: dict[str, str]) -> str:
-    """One log line for --verbose: method, path, outcome, times and the (masked) headers sent.
-
-    `request_headers` must already be masked (`ProbeClient.request_headers`); the caller
-    passes the line through the run's `Redactor` as well.
-    """
-    outcome = f"HTTP {timing.status}" if timing.status is not None else (timing.error or "no answer")
-    if timing.status is not None and timing.error:
-        outcome += f" ({timing.error})"
-    parts = [f"{timing.method} {timing.path} -> {outcome}"]
-    for label, value in (("ttfb", timing.ttfb_ms), ("ttft", timing.ttft_ms), ("total", timing.total_ms)):
-        if value is not None:
-            parts.append(f"{label} {value:.0f} ms")
-    if timing.error_detail:
-        parts.append(timing.error_detail[:200])
-    sent = ", ".join(f"{name}: {value}" for name, value in sorted(request_headers.items()))
-    return " · ".join(parts) + f" [sent headers: {sent}]"
 
 
 class ProbeClient:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ClockKind", "ClockOrigin", "ErrorKind", "FailedBy", "Outcome", "RequestTiming", "ServerClock"]
+__all__ = ["ClockKind", "ClockOrigin", "ErrorKind", "FailedBy", "Outcome", "RequestTiming", "ServerClock",
+           "describe_request"]
 
 
 class ErrorKind:
@@ -216,3 +217,22 @@ class RequestTiming:
         """Gaps between consecutive token events."""
         t = self.token_times_ms
         return [b - a for a, b in zip(t, t[1:])]
+
+
+def describe_request(timing: RequestTiming, request_headers: dict[str, str]) -> str:
+    """One log line for --verbose: method, path, outcome, times and the (masked) headers sent.
+
+    `request_headers` must already be masked (`ProbeClient.request_headers`); the caller
+    passes the line through the run's `Redactor` as well.
+    """
+    outcome = f"HTTP {timing.status}" if timing.status is not None else (timing.error or "no answer")
+    if timing.status is not None and timing.error:
+        outcome += f" ({timing.error})"
+    parts = [f"{timing.method} {timing.path} -> {outcome}"]
+    for label, value in (("ttfb", timing.ttfb_ms), ("ttft", timing.ttft_ms), ("total", timing.total_ms)):
+        if value is not None:
+            parts.append(f"{label} {value:.0f} ms")
+    if timing.error_detail:
+        parts.append(timing.error_detail[:200])
+    sent = ", ".join(f"{name}: {value}" for name, value in sorted(request_headers.items()))
+    return " · ".join(parts) + f" [sent headers: {sent}]"
