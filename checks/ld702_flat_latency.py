@@ -155,6 +155,6 @@ class FlatLatency(Check):
                             where.source),) if where is not None else ()),
             ),
             # The server's own clock places it in one phase: that phase is its cause; else a symptom to explain.
-            cause=where.cause if where is not None else None,
+            cause=where.cause if where is not None else None, located=where is not None,
             symptom=Symptom.FIXED_COST if where is None else None,
         )

@@ -93,6 +93,10 @@ class Finding:
     #: True for a finding that restates a cause from a synthesis of other measurements (the
     #: differential diagnosis): a checklist finding of the same cause carries the ranking.
     restatement: bool = False
+    #: True for a finding whose cause is placed from where the server's own clock puts a symptom it
+    #: measured (LD702: the fixed cost, in one phase), not measured itself: a finding that measured
+    #: the cause (LD409's proxy, through and around it) carries the ranking.
+    located: bool = False
     check_id: str = ""
     category: str = ""
     docs: str = ""

@@ -1,7 +1,8 @@
 """Folding: the report lists each cause once, above the symptoms it explains.
 
 Findings are first grouped by cause: among the findings that name one cause, a checklist finding
-carries the ranking over the differential diagnosis's restatement of it, then the best ranked; the
+carries the ranking over the differential diagnosis's restatement of it, a finding that measured the
+cause over one that located it from a symptom (`Finding.located`), then the best ranked; the
 others fold under it. A cause that another found cause brings about (`llmdoctor.causes.CONSEQUENCES`:
 KV-cache pressure recomputes prefill and queues requests) folds under it with its findings, when the
 other's own finding is at least as severe; a finding about the user's own request (an input check: a
@@ -62,8 +63,9 @@ def _groups(findings: Sequence[Finding]) -> list[tuple[Finding, list[Finding]]]:
             by_cause.setdefault(f.cause, []).append(f)
     causes: list[tuple[Finding, list[Finding]]] = []
     for members in by_cause.values():
-        # a checklist finding carries the ranking over a restatement, then the best ranked one
-        primary = min(members, key=lambda f: (f.restatement, position[id(f)]))
+        # a checklist finding carries the ranking over a restatement, one that measured the cause over one
+        # that located it from a symptom, then the best ranked one
+        primary = min(members, key=lambda f: (f.restatement, f.located, position[id(f)]))
         causes.append((primary, [f for f in members if f is not primary]))
     causes = _fold_consequences(causes)
     causes.sort(key=lambda g: rank_key(_combined(*g)))
