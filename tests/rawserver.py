@@ -24,10 +24,8 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
-
-import pytest
 
 __all__ = [
     "ScriptedServer",
@@ -38,7 +36,6 @@ __all__ = [
     "play",
     "read_request",
     "ScriptClock",
-    "scripted_server",
     "unused_port",
 ]
 
@@ -359,18 +356,3 @@ def _close(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
-
-
-@pytest.fixture
-def scripted_server() -> Iterator[Callable[..., ScriptedServer]]:
-    """Factory fixture: ``scripted_server(handler, keep_alive=...)``; all are stopped at teardown."""
-    servers: list[ScriptedServer] = []
-
-    def make(handler: Handler, **kwargs: Any) -> ScriptedServer:
-        srv = ScriptedServer(handler, **kwargs)
-        servers.append(srv)
-        return srv
-
-    yield make
-    for srv in servers:
-        srv.stop()
