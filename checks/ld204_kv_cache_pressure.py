@@ -40,7 +40,10 @@ class KvCachePressure(Check):
 
     ## Caveats
     A full cache is fine when nothing waits: check LD203 and LD205. TGI and
-    current llama.cpp export no usage gauge, so the check is skipped for them.
+    current llama.cpp export no usage gauge, so the check is skipped for them,
+    saying why from the metric-name table: "absent in this version" (with the
+    name and the version that removed it: llama.cpp's
+    ``llamacpp:kv_cache_usage_ratio``) or "not exported" (TGI never had one).
     """
 
     id = "LD204"
@@ -53,7 +56,7 @@ class KvCachePressure(Check):
         m = ctx.get(SERVER_METRICS)
         usage = m.worst("kv_cache_usage")
         if usage is None:
-            raise CheckSkipped(f"{m.backend} exports no KV-cache usage gauge")
+            raise CheckSkipped(f"no KV-cache usage gauge on {m.backend}: {m.why_absent('kv_cache_usage')}")
         if usage < HIGH_USAGE:
             return
         preempted = m.delta.preemptions if m.delta else None
@@ -85,7 +88,7 @@ class KvCachePressure(Check):
             frequency=Frequency.UNDER_LOAD,
             impact_basis=(
                 "queue time per request measured during our run" if queue_ms is not None
-                else "not measured: the backend exports no queue-time histogram"
+                else f"not measured: no queue-time histogram ({m.why_absent('queue_time')})"
             ),
             evidence=tuple(evidence),
             cause=Cause.KV_CACHE_PRESSURE,

@@ -42,7 +42,9 @@ class Preemptions(Check):
 
     ## Caveats
     The counter is server-wide: other clients' requests may have been the
-    ones preempted. TGI and llama.cpp export no preemption counter.
+    ones preempted. TGI and llama.cpp export no preemption counter: the
+    check is skipped saying, per metric, "not exported" or "absent in this
+    version" (with the names and versions of the metric-name table).
     """
 
     id = "LD205"
@@ -56,7 +58,8 @@ class Preemptions(Check):
         total = m.latest.preemptions_total
         retracted = m.worst("retracted")
         if total is None and retracted is None:
-            raise CheckSkipped(f"{m.backend} exports no preemption or retraction metric")
+            raise CheckSkipped(f"no preemption or retraction metric on {m.backend}: preemptions "
+                               f"{m.why_absent('preemptions_total')}; retractions {m.why_absent('retracted')}")
         during = m.delta.preemptions if m.delta else None
         prefill = m.delta.prefill_ms if m.delta else None
         fix = Fix(
@@ -82,7 +85,7 @@ class Preemptions(Check):
                 frequency=Frequency.UNDER_LOAD,
                 impact_basis=(
                     "preemptions x mean prefill time during our run" if impact is not None
-                    else "not measured: no prefill-time histogram"
+                    else f"not measured: no prefill-time histogram ({m.why_absent('prefill_time')})"
                 ),
                 evidence=(Evidence(what, count, "", m.url), Evidence("cumulative preemptions", total, "", m.url),
                           *_kv_evidence(m)),

@@ -189,6 +189,8 @@ def test_stale_keepalive_connection_is_retried_once(servers):
     assert [t.error for t in c.history] == [None, ErrorKind.PROTOCOL, None]
     assert c.history[1].reused_connection and not t2.reused_connection
     assert c.requests_sent == 3 and srv.connections == 2
+    # The dropped attempt and its retry each carry their own id (the retry's is the first's with "-2").
+    assert c.history[2].request_id == c.history[1].request_id + "-2" and c.history[2].retried
 
 
 def test_budget_exhausted_before_sending(servers):

@@ -102,3 +102,46 @@ def test_the_docs_table_names_every_metric() -> None:
     for rows in METRIC_NAMES.values():
         for m in rows:
             assert f"`{m.name}`" in doc, m.name
+
+
+def _skip_reason(check_id: str, page: str) -> str:
+    """LD204 or LD205's outcome on a scrape of `page` (both scrapes the same page, reasons kept)."""
+    from llmdoctor.context import Context
+    from llmdoctor.options import Options
+    from llmdoctor.probes.catalog import SERVER_METRICS
+    from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.registry import find_check
+    from llmdoctor.runner import run_checks
+    from llmdoctor.serde import to_data
+    from llmdoctor.target import Target
+
+    m = _read(page)
+    recorded = {SERVER_METRICS.name: to_data(ServerMetricsResult(m.backend, "/metrics", m, m))}
+    ctx = Context(target=Target(base_url="http://127.0.0.1:9/v1"), options=Options.of(), recorded=recorded,
+                  replay_local=True)
+    check = find_check(check_id)
+    assert check is not None
+    outcome = run_checks([check], ctx)[0]
+    assert outcome.status == "skipped", outcome
+    return outcome.reason
+
+
+def test_ld204_and_ld205_say_why_a_metric_is_absent() -> None:
+    """Issue 26: "absent in this version" (a name some version had, with its versions) is told apart from
+    "not exported" (no version had one), on the real pages' scrapes, not only in recordings."""
+    assert _skip_reason("LD204", "llamacpp-new") == (
+        "no KV-cache usage gauge on llamacpp: absent in this version: llamacpp:kv_cache_usage_ratio "
+        "(removed in PR #13660 (2025-05))")
+    assert _skip_reason("LD204", "tgi") == "no KV-cache usage gauge on tgi: not exported by tgi"
+    assert _skip_reason("LD205", "tgi") == (
+        "no preemption or retraction metric on tgi: preemptions not exported by tgi; retractions not exported by tgi")
+
+
+def test_a_recording_without_reasons_gets_them_from_the_table() -> None:
+    from llmdoctor.probes.metrics import ServerMetricsResult
+
+    m = _read("llamacpp-new")
+    bare = dataclasses.replace(m, absent={})
+    result = ServerMetricsResult(m.backend, "/metrics", bare)
+    assert result.why_absent("kv_cache_usage") == m.why_absent("kv_cache_usage")
+    assert result.why_absent("engine_sleeping") == "not exported by llamacpp"  # no row maps it

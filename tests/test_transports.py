@@ -75,6 +75,40 @@ def test_a_short_retry_after_is_waited_out_on_the_clock_once_and_both_answers_ar
     assert not again.retried and len(network.seen) == 3 == c.requests_sent
 
 
+def test_the_retry_carries_ids_of_its_own_so_the_servers_log_shows_every_attempt() -> None:
+    """Issue 26: the server sees two requests, so each has its own X-Request-Id (the first one's with ``-2``:
+    a search of the server's log for the first id finds both) and its own span of the same trace."""
+    from llmdoctor.probes.trace_ids import valid_traceparent
+
+    sent: list[dict[str, str]] = []
+
+    class Recording(Mock):
+        def handle_request(self, req: httpx.Request) -> httpx.Response:
+            sent.append(dict(req.headers))  # the same Request object is sent again: keep what went out
+            return super().handle_request(req)
+
+    network = Recording((429, {"retry-after": "1"}, b"slow down"), OK_JSON)
+    with make(network) as c:
+        t, _ = c.get_json("/models")
+    first, again = c.history
+    assert [h["x-request-id"] for h in sent] == [first.request_id, again.request_id]
+    assert [h["traceparent"] for h in sent] == [first.traceparent, again.traceparent]
+    assert t is again and again.retried and not first.retried
+    assert again.request_id == first.request_id + "-2" and len(first.request_id) == 32
+    assert again.traceparent.split("-")[1] == first.traceparent.split("-")[1]  # one trace
+    assert again.traceparent.split("-")[2] != first.traceparent.split("-")[2]  # two spans
+    assert valid_traceparent(again.traceparent)
+
+
+def test_a_retry_sends_the_users_own_request_id_again_as_it_was() -> None:
+    network = Mock((503, {"retry-after": "1"}, b"busy"), OK_JSON)
+    target = Target("http://127.0.0.1:9/v1", model="m", headers=(("X-Request-Id", "mine"),))
+    with ProbeClient(target, clock=ScriptClock(), transport=network, timeout_s=5.0, max_requests=4) as c:
+        c.get_json("/models")
+    assert [t.request_id for t in c.history] == ["mine", "mine"]
+    assert c.history[0].traceparent != c.history[1].traceparent  # ours still renews per attempt
+
+
 def test_a_retry_after_beyond_the_run_deadline_is_not_waited_for() -> None:
     clock = ScriptClock()
     network = Mock((503, {"retry-after": "2"}, b"busy"))

@@ -68,7 +68,7 @@ from llmdoctor.probes.stream_reader import (
 )
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.tls_context import ssl_context
-from llmdoctor.probes.trace_ids import new_ids
+from llmdoctor.probes.trace_ids import IDS, new_ids
 from llmdoctor.probes.transports import (
     LABEL,
     MAX_RETRY_AFTER_S,
@@ -346,11 +346,12 @@ class ProbeClient:
         extra_headers = {"Content-Type": "application/json"} if content is not None else {}
         if mode == "sse":
             extra_headers["Accept"] = "text/event-stream"
-        # Ids for the server's logs and traces, fresh per request (its retries keep them); a user's own
-        # --header wins.
-        extra_headers.update({k: v for k, v in new_ids().headers().items() if k.lower() not in self._user_headers})
+        # Ids for the server's logs and traces, fresh per request (a retry gets its own: RetryTransport);
+        # a user's own --header wins.
+        ids = new_ids()
+        extra_headers.update({k: v for k, v in ids.headers().items() if k.lower() not in self._user_headers})
         request = self._client.build_request(method, url, content=content, headers=extra_headers,
-                                             extensions={_MODE: mode, LABEL: f"{method} {path}"})
+                                             extensions={_MODE: mode, LABEL: f"{method} {path}", IDS: ids})
         if anonymous:
             for name in self._credential_headers:
                 request.headers.pop(name, None)

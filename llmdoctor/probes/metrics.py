@@ -199,6 +199,19 @@ class ServerMetricsResult:
         """The most recent scrape."""
         return self.after or self.before
 
+    def why_absent(self, attr: str) -> str:
+        """Why `attr` (a `ServerMetrics` attribute) reads nothing on this server, in words.
+
+        The latest scrape's reason ("absent in this version: <names with their versions>" or "not
+        exported by <backend>"); for a recording made before scrapes kept their reasons, the same
+        words from the metric-name table.
+        """
+        reason = self.latest.why_absent(attr) or self.before.why_absent(attr)
+        if reason:
+            return reason
+        key = next((k for k, a in FIELDS.items() if a == attr), None)
+        return describe(self.backend, key) if key is not None else f"not exported by {self.backend}"
+
     def worst_sleeping(self) -> bool:
         """True when either scrape saw the engine asleep."""
         return any(s is not None and s.engine_sleeping for s in (self.before, self.after))

@@ -10,6 +10,12 @@
 
 Both are random per request (`secrets`), never derived from anything of the user's; a user's own
 ``--header X-Request-Id: ...`` wins over ours.
+
+A request the client sends again (`llmdoctor.probes.transports.RetryTransport`: a dropped idle
+connection, one short ``Retry-After``) is a second request to the server, so it carries ids of its
+own (`RequestIds.for_attempt`): the first id with ``-2`` appended, so that searching the server's log
+for the first id finds every attempt, and the same trace id with a new parent id, as W3C Trace
+Context has a retry be a new span of the same trace. The JSON lists each attempt with its number.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ import re
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["REQUEST_ID_HEADER", "TRACEPARENT_HEADER", "RequestIds", "new_ids", "valid_traceparent"]
+__all__ = ["IDS", "REQUEST_ID_HEADER", "TRACEPARENT_HEADER", "RequestIds", "new_ids", "valid_traceparent"]
 
 REQUEST_ID_HEADER = "X-Request-Id"
 TRACEPARENT_HEADER = "traceparent"
+#: Request extension holding the `RequestIds` the client generated for a request (the user's own are not).
+IDS = "llmdoctor.ids"
 _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -40,6 +48,16 @@ class RequestIds:
     def headers(self) -> dict[str, str]:
         """The headers to send."""
         return {REQUEST_ID_HEADER: self.request_id, TRACEPARENT_HEADER: self.traceparent}
+
+    def for_attempt(self, attempt: int) -> RequestIds:
+        """The ids of the `attempt`-th sending of the same request (1: these; 2: its retry).
+
+        The request id gets ``-<attempt>`` appended (a search for the first id finds them all); the
+        trace id stays, the parent id is new (each attempt is its own span of one trace).
+        """
+        if attempt <= 1:
+            return self
+        return RequestIds(f"{self.request_id}-{attempt}", f"00-{self.trace_id}-{_nonzero_hex(8)}-01")
 
 
 def _nonzero_hex(nbytes: int) -> str:

@@ -35,6 +35,7 @@ import httpx
 from llmdoctor.probes.clock import Clock
 from llmdoctor.probes.errors import BudgetExhausted, DeadlineReached, PlanExceeded, classify, parse_retry_after
 from llmdoctor.probes.timing import ErrorKind
+from llmdoctor.probes.trace_ids import IDS, RequestIds
 from llmdoctor.proxies import Route
 from llmdoctor.target import ClientSetupError
 
@@ -411,6 +412,18 @@ class BudgetTransport(httpx.BaseTransport):
         self.inner.close()
 
 
+def _ids_of_retry(request: httpx.Request) -> None:
+    """Give the retry of `request` ids of its own (`RequestIds.for_attempt`), where the ids it carried are
+    the client's: a header the user set (``--header X-Request-Id: ...``) is sent again as it was."""
+    ids = request.extensions.get(IDS)
+    if not isinstance(ids, RequestIds):
+        return
+    sent, again = ids.headers(), ids.for_attempt(2).headers()
+    for name, value in sent.items():
+        if request.headers.get(name) == value:
+            request.headers[name] = again[name]
+
+
 class RetryTransport(httpx.BaseTransport):
     """Retries once what every HTTP client retries, and waits out one short ``Retry-After`` per run.
 
@@ -439,6 +452,7 @@ class RetryTransport(httpx.BaseTransport):
                 # classic race when both sides use a ~5 s keep-alive): retried on a new connection.
                 self.discard(request, None, exc)
                 request.extensions[RETRY] = Retry("stale")
+                _ids_of_retry(request)
                 return self.inner.handle_request(request)
             raise
         if response.status_code in _BACKOFF_STATUSES and not self._backed_off and RETRY not in request.extensions:
@@ -448,6 +462,7 @@ class RetryTransport(httpx.BaseTransport):
                 self.discard(request, response, None)
                 self.clock.sleep(wait)
                 request.extensions[RETRY] = Retry("backoff", wait, response.status_code)
+                _ids_of_retry(request)
                 return self.inner.handle_request(request)
         return response
 

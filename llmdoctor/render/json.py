@@ -105,7 +105,8 @@ def _requests(report: Report) -> dict[str, Any]:
                     "troubled_generations": a.troubled_generations, "unanswered": a.unanswered,
                     "by_probe": [_tally(t) for t in a.by_probe],
                     "ids": [{"probe": r.probe, "method": r.method, "path": r.path, "sent_at": _round(r.started_at, 3),
-                             "outcome": r.outcome, "request_id": r.request_id, "traceparent": r.traceparent}
+                             "outcome": r.outcome, "request_id": r.request_id, "traceparent": r.traceparent,
+                             "attempt": 2 if r.retried else 1}
                             for r in a.requests if r.request_id or r.traceparent]})
     return out
 
