@@ -21,7 +21,7 @@ from llmdoctor.limits import COLD_START_LIMITS
 from llmdoctor.probes.baseline import BaselineResult, SweepResult
 from llmdoctor.probes.catalog import BASELINE, SWEEP
 from llmdoctor.probes.contract import AnyProbe
-from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, compare_estimates, compare_samples
+from llmdoctor.regress import DEFAULT_RESAMPLES, Comparison, Estimate, compare_estimates, compare_samples
 from llmdoctor.stats import percentile, robust_fit
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ def compare_runs(
             i = 0 if how is _FIXED else 1  # the replicates are (fixed_ms, per_token_ms)
             # per-token costs are a few ms: the absolute floor scales down with them
             floor = min_abs_ms if m.unit == "ms" else min_abs_ms / 20.0
-            out.append(compare_estimates(m.id, [r[i] for r in rb], [r[i] for r in ra], how.value(fit_b),
-                                         how.value(fit_a), min_rel=min_rel, min_abs_ms=floor,
-                                         n_before=fit_b.points, n_after=fit_a.points))
+            out.append(compare_estimates(m.id, Estimate(how.value(fit_b), [r[i] for r in rb], fit_b.points),
+                                         Estimate(how.value(fit_a), [r[i] for r in ra], fit_a.points),
+                                         min_rel=min_rel, min_abs_ms=floor))
     return out

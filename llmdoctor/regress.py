@@ -35,6 +35,7 @@ __all__ = [
     "bootstrap_interval",
     "compare_samples",
     "compare_estimates",
+    "Estimate",
 ]
 
 MIN_SAMPLES = 5
@@ -207,26 +208,34 @@ def compare_samples(
     return Comparison(metric, verdict, mb, ma, ma - mb, lo, hi, p, len(b), len(a), effect, level)
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """A derived estimate on one side of a comparison (e.g. a fitted fixed cost): its value, its
+    bootstrap replicates, and how many measurements it was fitted on."""
+
+    point: float
+    replicates: Sequence[float]
+    n: int = 0
+
+
 def compare_estimates(
     metric: str,
-    before: Sequence[float],
-    after: Sequence[float],
-    point_before: float,
-    point_after: float,
+    before_estimate: Estimate,
+    after_estimate: Estimate,
     *,
     alpha: float = DEFAULT_ALPHA,
     min_rel: float = DEFAULT_MIN_REL,
     min_abs_ms: float = DEFAULT_MIN_ABS_MS,
     level: float = DEFAULT_LEVEL,
-    n_before: int = 0,
-    n_after: int = 0,
 ) -> Comparison:
     """Compare a derived estimate (e.g. a fitted fixed cost) from its bootstrap replicates.
 
-    `before` / `after` are bootstrap replicates of the estimate on each side;
-    the interval is that of their paired differences, and the p-value the
+    The interval is that of the two sides' paired replicate differences, and the p-value the
     bootstrap's one-sided tail (the share of differences on the other side of 0).
     """
+    before, after = before_estimate.replicates, after_estimate.replicates
+    point_before, point_after = before_estimate.point, after_estimate.point
+    n_before, n_after = before_estimate.n, after_estimate.n
     effect = _min_effect(point_before, min_rel, min_abs_ms)
     k = min(len(before), len(after))
     if k < 100:

@@ -7,44 +7,50 @@ and a failed delivery is one line on stderr (`llmdoctor.export.exit_code_after_e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
+from llmdoctor.cli.specs import option_group
 from llmdoctor.cli.usage import UsageProblem
 
 if TYPE_CHECKING:
     from llmdoctor.export import ExportSettings
     from llmdoctor.render.prometheus import EndpointResult
 
-__all__ = ["export_options", "export_settings", "deliver"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["ExportArgs", "export_options", "export_settings", "deliver"]
 
 
-def export_options(f: F) -> F:
-    """Add --push-gateway, --push-job and --textfile (the Prometheus metrics' destinations)."""
-    options = [
-        click.option("--push-gateway", default=None, metavar="URL",
-                     help="Push the metrics to this Prometheus Pushgateway (job --push-job, instance = the "
-                          "endpoint); a failed push is one line on stderr and exit 3 unless critical."),
-        click.option("--push-job", default="llmdoctor", show_default=True, metavar="NAME",
-                     help="Job name of the pushed metrics; with --textfile also the file name (NAME.prom)."),
-        click.option("--textfile", "textfile_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
-                     help="Write the metrics to DIR/NAME.prom atomically, for node-exporter's textfile collector."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+@dataclass(frozen=True)
+class ExportArgs:
+    """``--push-gateway``, ``--push-job`` and ``--textfile`` as given (`export_options`)."""
+
+    push_gateway: str | None = None
+    push_job: str = "llmdoctor"
+    textfile_dir: str | None = None
 
 
-def export_settings(values: Mapping[str, Any]) -> ExportSettings:
+#: --push-gateway, --push-job and --textfile (the Prometheus metrics' destinations): an `ExportArgs` named ``export``.
+export_options = option_group(
+    "export", ExportArgs,
+    click.option("--push-gateway", default=None, metavar="URL",
+                 help="Push the metrics to this Prometheus Pushgateway (job --push-job, instance = the "
+                      "endpoint); a failed push is one line on stderr and exit 3 unless critical."),
+    click.option("--push-job", default="llmdoctor", show_default=True, metavar="NAME",
+                 help="Job name of the pushed metrics; with --textfile also the file name (NAME.prom)."),
+    click.option("--textfile", "textfile_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                 help="Write the metrics to DIR/NAME.prom atomically, for node-exporter's textfile collector."),
+)
+
+
+def export_settings(args: ExportArgs) -> ExportSettings:
     """The export destinations of the parsed options, checked before anything is measured."""
     from llmdoctor.export import ExportError, ExportSettings, check_job, check_push_gateway, check_textfile_dir
 
-    settings = ExportSettings(push_gateway=values.get("push_gateway"), job=values.get("push_job") or "llmdoctor",
-                              textfile_dir=values.get("textfile_dir"))
+    settings = ExportSettings(push_gateway=args.push_gateway, job=args.push_job or "llmdoctor",
+                              textfile_dir=args.textfile_dir)
     try:
         check_job(settings.job)
         if settings.push_gateway:

@@ -7,13 +7,13 @@ import re
 import shutil
 import sys
 import textwrap
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from llmdoctor.cli.export import export_options, export_settings
-from llmdoctor.cli.modes import apply_gate, inject_reference, replay_gate_options
-from llmdoctor.cli.output import NO_COLOR_OPTION, Presentation, common_output_options, output_format, run_and_exit
+from llmdoctor.cli.export import ExportArgs, export_options, export_settings
+from llmdoctor.cli.gate import SloArgs, apply_gate, inject_reference, replay_gate_options
+from llmdoctor.cli.output import NO_COLOR_OPTION, Destination, Presentation, ReportArgs, report_options, run_and_exit
 from llmdoctor.cli.usage import UsageProblem, require_format, require_known_ids
 
 if TYPE_CHECKING:
@@ -123,16 +123,16 @@ def _paragraphs(block: str, width: int) -> list[str]:
 @click.option("--verbose", "-v", is_flag=True, help="List the skipped checks with their reasons in the report.")
 @replay_gate_options
 @export_options
-@common_output_options
-def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, select: tuple[str, ...],
-           ignore: tuple[str, ...], fail_on: str, no_color: bool, verbose: bool, slos: tuple[str, ...],
-           compare_file: str | None, **export_values: Any) -> None:
+@report_options
+def replay(recording: str, verbose: bool, gate: SloArgs, export: ExportArgs, report: ReportArgs) -> None:
     """Re-run the checks offline on measurements saved with --save-measurements.
 
     Without --select/--ignore it runs the checks the recorded run used, so it gives that run's
     diagnosis; with --slo / --compare, judge the recorded measurements by these objectives or this
     baseline.
     """
+    import dataclasses
+
     from llmdoctor.recording import RecordingError, load_recorded_run
 
     try:
@@ -140,15 +140,19 @@ def replay(recording: str, as_json: bool, fmt: str | None, output: str | None, s
     except RecordingError as exc:
         raise UsageProblem(str(exc)) from None
     target, options, measurements = run.target, run.options, run.measurements
-    fmt = output_format(fmt, as_json, output)
+    fmt = report.format
     require_format(fmt)
-    require_known_ids(select, ignore)
-    if not select and not ignore and run.checks:  # the recorded run's checklist (a plugin gone since: skipped)
-        gate = (*(("LD710",) if slos else ()), *(("LD711",) if compare_file else ()))
-        select = (",".join(dict.fromkeys((*run.checks, *gate))),)
-    export = export_settings(export_values)
-    if slos or compare_file:
-        options = apply_gate(options, slos, compare_file or options.gate.compare_file)
-        measurements = inject_reference(measurements, compare_file)
-    run_and_exit(target, options, fmt, output, None, select, ignore, fail_on,
-                 recorded=measurements, export=export, presentation=Presentation(verbose=verbose, no_color=no_color))
+    require_known_ids(report.select, report.ignore)
+    selection = report.selection
+    if not report.select and not report.ignore and run.checks:  # the recorded run's checklist (a plugin gone
+        # since: skipped), and the gate's checks when it judges by new objectives
+        judged = (*(("LD710",) if gate.slos else ()), *(("LD711",) if gate.compare_file else ()))
+        selection = dataclasses.replace(selection, select=(",".join(dict.fromkeys((*run.checks, *judged))),))
+    settings = export_settings(export)
+    if gate.slos or gate.compare_file:
+        options = apply_gate(options, dataclasses.replace(gate, compare_file=gate.compare_file
+                                                          or options.gate.compare_file))
+        measurements = inject_reference(measurements, gate.compare_file)
+    to = Destination(fmt, report.output, export=settings,
+                     presentation=Presentation(verbose=verbose, no_color=report.no_color))
+    run_and_exit(target, options, selection, to, recorded=measurements)

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from llmdoctor.cli.specs import option_group
 from llmdoctor.cli.usage import UsageProblem, split_ids
 
 if TYPE_CHECKING:
     from llmdoctor.export import ExportSettings
+    from llmdoctor.options import Options
+    from llmdoctor.target import Target
 
-__all__ = ["FORMATS", "FORMAT_OF_SUFFIX", "NO_COLOR_OPTION", "Presentation", "check_destination",
-           "common_output_options", "emit", "output_format", "progress", "render_and_exit", "report_text",
-           "run_and_exit", "save_measurements", "write_file"]
+__all__ = ["Destination", "FORMATS", "FORMAT_OF_SUFFIX", "NO_COLOR_OPTION", "Presentation", "ReportArgs",
+           "Selection", "check_destination", "emit", "output_format", "progress", "render_and_exit",
+           "report_options", "report_text", "run_and_exit", "save_measurements", "write_file"]
 
 FORMATS = ("text", "json", "markdown", "junit", "html", "prometheus")
 
@@ -99,6 +101,62 @@ class Presentation:
     no_color: bool = False
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which checks run (``--select``/``--ignore`` id prefixes, as given) and the lowest severity that
+    makes the exit code non-zero (``--fail-on``)."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    fail_on: str = "warning"
+
+    @property
+    def selected(self) -> list[str]:
+        """The --select prefixes, comma-separated values split."""
+        return split_ids(self.select)
+
+    @property
+    def ignored(self) -> list[str]:
+        """The --ignore prefixes, comma-separated values split."""
+        return split_ids(self.ignore)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a report goes: its format, stdout or `output`, the recordings to save, where its metrics
+    are exported, and how the text is shown."""
+
+    fmt: str = "text"
+    output: str | None = None
+    saves: tuple[str, ...] = ()
+    export: ExportSettings | None = None
+    presentation: Presentation = Presentation()
+
+
+@dataclass(frozen=True)
+class ReportArgs:
+    """``--json``, ``--format``, ``--output``, ``--select``, ``--ignore``, ``--fail-on``, ``--no-color``
+    (`report_options`), as given."""
+
+    as_json: bool = False
+    fmt: str | None = None
+    output: str | None = None
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    fail_on: str = "warning"
+    no_color: bool = False
+
+    @property
+    def format(self) -> str:
+        """The format asked for (`output_format`)."""
+        return output_format(self.fmt, self.as_json, self.output)
+
+    @property
+    def selection(self) -> Selection:
+        """The checks asked for and the gate's severity."""
+        return Selection(self.select, self.ignore, self.fail_on)
+
+
 def check_destination(fmt: str, output: str | None) -> None:
     """Refuse (exit 3, before anything is sent) to pour an HTML page onto a terminal."""
     if fmt == "html" and not output and sys.stdout.isatty():
@@ -127,20 +185,18 @@ def report_text(report: Any, fmt: str, presentation: Presentation | None = None)
     return render_terminal(report, color=color, width=width, verbose=shown.verbose)
 
 
-def render_and_exit(report: Any, ctx: Any, fmt: str, output: str | None,
-                    save: str | Sequence[str] | None, export: ExportSettings | None = None,
-                    presentation: Presentation | None = None) -> NoReturn:
-    """Save the recordings asked for, print the report (or write it to `output`, saying where on
+def render_and_exit(report: Any, ctx: Any, to: Destination) -> NoReturn:
+    """Save the recordings asked for, print the report (or write it to `to.output`, saying where on
     stderr), deliver its metrics (--push-gateway, --textfile), exit with its code."""
     from llmdoctor.cli.export import deliver
     from llmdoctor.render.prometheus import result_for_report
 
-    for path in [save] if isinstance(save, str) else save or ():
+    for path in to.saves:
         save_measurements(report, ctx, path)
-    emit(report_text(report, fmt, presentation if output is None else None), output)
-    if output:
-        click.echo(f"llmdoctor: wrote the {fmt} report to {output}", err=True)
-    sys.exit(deliver([result_for_report(report)], export, report.exit_code))
+    emit(report_text(report, to.fmt, to.presentation if to.output is None else None), to.output)
+    if to.output:
+        click.echo(f"llmdoctor: wrote the {to.fmt} report to {to.output}", err=True)
+    sys.exit(deliver([result_for_report(report)], to.export, report.exit_code))
 
 
 def save_measurements(report: Any, ctx: Any, path: str) -> None:
@@ -154,50 +210,46 @@ def save_measurements(report: Any, ctx: Any, path: str) -> None:
     write_file(path, "--save-measurements", json.dumps(data, indent=1, allow_nan=False))  # to_data wrote NaN as "NaN"
 
 
-def run_and_exit(target: Any, options: Any, fmt: str, output: str | None, save: str | Sequence[str] | None,
-                 select: Sequence[str], ignore: Sequence[str], fail_on: str, recorded: Any = None,
-                 export: ExportSettings | None = None, presentation: Presentation | None = None,
-                 deadline_at: float | None = None) -> NoReturn:
-    """Diagnose (live, or on `recorded` measurements), then `render_and_exit`.
+def run_and_exit(target: Target | None, options: Options, selection: Selection, to: Destination, *,
+                 recorded: dict[str, Any] | None = None, deadline_at: float | None = None) -> NoReturn:
+    """Diagnose (live, or on `recorded` measurements; `target` None: a recording that names no endpoint),
+    then `render_and_exit`.
 
     `deadline_at`: the ``perf_counter()`` instant of ``--deadline``, counted from the command's start.
     """
     from llmdoctor.doctor import diagnose
 
-    check_destination(fmt, output)
-    shown = progress(fmt == "text" and output is None,
-                     color=not (presentation is not None and presentation.no_color))
+    check_destination(to.fmt, to.output)
+    shown = progress(to.fmt == "text" and to.output is None, color=not to.presentation.no_color)
     try:
-        report, ctx = diagnose(target, options, selected=split_ids(select), ignored=split_ids(ignore),
-                               fail_on=fail_on, recorded=recorded, progress=shown, deadline_at=deadline_at)
+        report, ctx = diagnose(target, options, selected=selection.selected, ignored=selection.ignored,
+                               fail_on=selection.fail_on, recorded=recorded, progress=shown, deadline_at=deadline_at)
     finally:
         if shown is not None:
             shown.stop()
-    render_and_exit(report, ctx, fmt, output, save, export, presentation)
+    render_and_exit(report, ctx, to)
 
 
 NO_COLOR_OPTION = click.option("--no-color", is_flag=True,
                                help="Plain text even on a terminal (as does NO_COLOR set to anything).")
 
 
-def common_output_options(f: Any) -> Any:
-    """--json, --format, --output, --select, --ignore, --fail-on and --no-color (check and replay)."""
-    options = [
-        click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema_version'd)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                     help="Output format (default text; --json is short for --format json)."),
-        click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-                     help="Write the report to FILE instead of stdout. Without --format or --json its "
-                          "extension picks the format: .html, .md, .json, .xml (JUnit), .prom; else text."),
-        click.option("--select", multiple=True, metavar="IDS",
-                     help="Run only checks whose id starts with these prefixes (LD2, LD701; repeatable, "
-                          "comma-separated)."),
-        click.option("--ignore", multiple=True, metavar="IDS", help="Skip checks by id prefix (LD402)."),
-        click.option("--fail-on", type=click.Choice(["warning", "critical"]), default="warning", show_default=True,
-                     help="Lowest severity that makes the exit code non-zero (a CI gate tolerating warnings "
-                          "uses critical)."),
-        NO_COLOR_OPTION,
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+#: --json, --format, --output, --select, --ignore, --fail-on and --no-color (check and replay): a `ReportArgs`
+#: named ``report``.
+report_options = option_group(
+    "report", ReportArgs,
+    click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema_version'd)."),
+    click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                 help="Output format (default text; --json is short for --format json)."),
+    click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+                 help="Write the report to FILE instead of stdout. Without --format or --json its "
+                      "extension picks the format: .html, .md, .json, .xml (JUnit), .prom; else text."),
+    click.option("--select", multiple=True, metavar="IDS",
+                 help="Run only checks whose id starts with these prefixes (LD2, LD701; repeatable, "
+                      "comma-separated)."),
+    click.option("--ignore", multiple=True, metavar="IDS", help="Skip checks by id prefix (LD402)."),
+    click.option("--fail-on", type=click.Choice(["warning", "critical"]), default="warning", show_default=True,
+                 help="Lowest severity that makes the exit code non-zero (a CI gate tolerating warnings "
+                      "uses critical)."),
+    NO_COLOR_OPTION,
+)
