@@ -72,7 +72,7 @@ class SlowDns(Check):
             confidence=Confidence.HIGH,
             title=f"Resolving {dns.host} takes {own:.0f} ms",
             message=(
-                f"{dns.host} resolves {where} in {own:.0f} ms; every request that opens a new "
+                f"{dns.host}{dns.whose} resolves {where} in {own:.0f} ms; every request that opens a new "
                 "connection waits for this lookup first."
             ),
             impact_ms=round(own, 1),

@@ -72,7 +72,8 @@ class DnsFallback(Check):
                 severity=Severity.CRITICAL,
                 confidence=Confidence.HIGH,
                 title=f"No DNS server resolves {dns.host}",
-                message=f"All {len(failing)} DNS server(s) failed for {dns.host}; new connections cannot resolve it.",
+                message=(f"All {len(failing)} DNS server(s) failed for {dns.host}{dns.whose}; new connections "
+                         "cannot resolve it."),
                 impact_ms=dns.fallback_penalty_ms or None,
                 frequency=Frequency.NEW_CONNECTION,
                 impact_basis="time spent on failing servers per lookup",
@@ -90,7 +91,7 @@ class DnsFallback(Check):
             title=f"DNS falls back past {len(failing)} failing server(s): +{penalty:.0f} ms per lookup",
             message=(
                 f"{', '.join(r.server for r in failing)} failed before {working.server} answered; "
-                f"an uncached lookup of {dns.host} waits about {penalty:.0f} ms first."
+                f"an uncached lookup of {dns.host}{dns.whose} waits about {penalty:.0f} ms first."
             ),
             impact_ms=round(penalty, 1),
             frequency=Frequency.NEW_CONNECTION,

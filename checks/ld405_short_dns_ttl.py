@@ -57,7 +57,7 @@ class ShortDnsTtl(Check):
             confidence=Confidence.MEDIUM,
             title=f"{dns.host} has a {ttl} s DNS TTL",
             message=(
-                f"Answers for {dns.host} may be cached for only {ttl} s, so lookups costing "
+                f"Answers for {dns.host}{dns.whose} may be cached for only {ttl} s, so lookups costing "
                 f"{cost:.0f} ms repeat for connections opened after that."
             ),
             impact_ms=round(cost, 1),

@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmdoctor.target import display_url
+from llmdoctor.target import Target, display_url
 
-__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "environment_proxies", "proxy_settings",
-           "proxy_transport", "route_for"]
+__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "environment_proxies", "proxy_host",
+           "proxy_settings", "proxy_transport", "route_for", "target_route"]
 
 _SEPARATORS = re.compile(r"[,\s]+")
 _SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -168,6 +168,32 @@ def route_for(scheme: str, host: str, port: int, *, credentials: bool = False,
         return Route(None, settings)
     settings.credentials_exposed = credentials and scheme == "http"
     return Route(_proxy_url(value), settings)
+
+
+def target_route(target: Target, environ: Mapping[str, str] | None = None) -> Route:
+    """The route of the endpoint's requests, as the probe client takes it (one decision for every probe).
+
+    The probes that stand for the user's requests (the round trip, the name lookup, the sockets
+    counted) read it, so they take the path the requests take, ``NO_PROXY`` included.
+    """
+    from llmdoctor.redact import is_sensitive_header
+
+    credentials = bool(target.api_key) or any(is_sensitive_header(n) for n, _ in target.headers)
+    return route_for(target.scheme, target.host, target.port, credentials=credentials, environ=environ)
+
+
+def proxy_host(route: Route) -> tuple[str, int] | None:
+    """(host, port) the client connects to for `route`'s proxy (None: direct, or no usable host)."""
+    if route.proxy is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(route.proxy)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 1080 if parts.scheme.startswith("socks") else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
 
 
 def proxy_settings(scheme: str, host: str, port: int | None = None, *, credentials: bool = False,

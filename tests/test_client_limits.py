@@ -158,3 +158,31 @@ def test_client_limits_reads_this_machine_and_counts_sockets():
     if result.sockets_error:
         pytest.skip(result.sockets_error)
     assert result.established == 3 and result.endpoint_addresses == ["127.0.0.1"]
+
+
+def test_through_a_proxy_the_sockets_counted_are_the_ones_to_the_proxy(monkeypatch):
+    """Issue 25: the user's requests hold sockets to the proxy, not to the endpoint."""
+    import os
+
+    for name in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    accepted = [listener.accept()[0] for _ in range(2)]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    try:
+        through = Context(Target("http://10.9.9.9:8000/v1"), Options()).get(CLIENT_LIMITS)
+        monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
+        direct = Context(Target("http://10.9.9.9:8000/v1"), Options()).get(CLIENT_LIMITS)
+    finally:
+        for s in clients + accepted + [listener]:
+            s.close()
+    assert through.via_proxy == f"http://127.0.0.1:{port}" and through.port == port
+    assert through.endpoint_addresses == ["127.0.0.1"]
+    if through.sockets_error:
+        pytest.skip(through.sockets_error)
+    assert through.established == 2
+    assert not direct.via_proxy and direct.port == 8000 and direct.established == 0

@@ -132,3 +132,43 @@ def test_bad_dns_server_option_is_unavailable_with_reason():
     ctx = Context(Target(f"http://{HOST}:80/v1"), Options.of(dns_server="not-an-ip"))
     assert ctx.optional(DNS) is None
     assert "bad --dns-server" in ctx.statuses()[0].reason
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch):
+    """No proxy variable of this shell leaks in: each test sets its own."""
+    import os
+
+    for name in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_through_a_proxy_the_lookup_timed_is_the_proxys_name(no_proxy_env):
+    """Issue 25: this machine never resolves the endpoint's name when a proxy carries the requests."""
+    proxy = "proxy.test"
+    with DnsResponder({proxy: {"A": ["127.0.0.1"]}}, delay_s=0.1, ttl=30) as server:
+        no_proxy_env.setenv("HTTP_PROXY", f"http://user:secret@{proxy}:3128")
+        result = _probe(f"http://{HOST}:8000/v1", dns_server=server.address, timeout_s=2.0)
+        asked = server.queries
+    assert result.host == proxy and result.endpoint_host == HOST and "secret" not in result.proxy
+    assert result.proxy == "http://***@proxy.test:3128" and proxy in result.whose
+    assert asked == 2 and result.resolvers[0].queries[0].answers == ["127.0.0.1"]  # only the proxy's name asked
+    assert result.lookup_ms is not None and result.lookup_ms >= 100
+
+
+@pytest.mark.usefixtures("loopback_system_lookup")
+def test_no_proxy_covering_the_endpoint_resolves_the_endpoint(no_proxy_env):
+    with DnsResponder({HOST: {"A": ["127.0.0.1"]}}) as server:
+        no_proxy_env.setenv("HTTP_PROXY", "http://proxy.test:3128")
+        no_proxy_env.setenv("NO_PROXY", ".test")
+        result = _probe(f"http://{HOST}:8000/v1", dns_server=server.address, timeout_s=2.0)
+    assert result.host == HOST and not result.proxy and not result.endpoint_host and result.whose == ""
+
+
+def test_a_proxy_given_as_an_ip_address_needs_no_lookup(no_proxy_env):
+    no_proxy_env.setenv("HTTPS_PROXY", "http://10.1.2.3:3128")
+    result = _probe(f"https://{HOST}/v1")
+    assert result.is_ip_literal and result.lookup_ms is None and result.queries_sent == 0
+    assert "proxy" in result.note and HOST in result.note

@@ -3,7 +3,9 @@
 ``client_limits`` reads only this machine: the open-file limit (``resource``) and how many
 descriptors this process already holds (``psutil``: what is left for connections), the ephemeral
 port range (``/proc/sys/net/ipv4/ip_local_port_range``) and the TCP sockets to the endpoint's
-address and port by state (``psutil.net_connections``).
+address and port by state (``psutil.net_connections``). When the endpoint's requests go through a
+proxy from the environment (`llmdoctor.proxies.target_route`, ``NO_PROXY`` included), this machine's
+sockets go to the proxy, not the endpoint: those are counted (``via_proxy`` says so).
 
 ``concurrency`` (opt-in, ``--concurrency N``) sends the minimal "Say ok." request twice in a
 row, then N at once through the probe client, never more than N in flight, within the request
@@ -47,6 +49,8 @@ class ClientLimits:
     other_states: dict[str, int] = field(default_factory=dict)
     time_wait_total: int = 0
     sockets_error: str = ""
+    #: The proxy the requests go through (masked URL; "" when direct): the sockets counted are to it.
+    via_proxy: str = ""
 
     @property
     def fd_room(self) -> int | None:
@@ -78,6 +82,7 @@ def client_limits(ctx: Context) -> ClientLimits:
     import psutil
 
     from llmdoctor.probes.dns import is_ip_literal, system_lookup
+    from llmdoctor.proxies import proxy_host, target_route
 
     result = ClientLimits()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -89,8 +94,12 @@ def client_limits(ctx: Context) -> ClientLimits:
     except (psutil.Error, OSError, AttributeError):  # num_fds is POSIX only
         result.open_fds = None
     if ctx.target is not None:
-        host = ctx.target.host.strip("[]")
-        result.port = ctx.target.port
+        host, result.port = ctx.target.host.strip("[]"), ctx.target.port
+        route = target_route(ctx.target)
+        proxied = proxy_host(route)
+        if proxied is not None:  # the user's path: the sockets go to the proxy
+            host, result.port = proxied[0].strip("[]"), proxied[1]
+            result.via_proxy = route.settings.proxy_url or ""
         if is_ip_literal(host):
             result.endpoint_addresses = [host]
         else:

@@ -13,6 +13,12 @@ job: it tries them in Happy-Eyeballs order and times each failure. Connecting he
 disturb that measurement (a neighbour-discovery stall already under way ends sooner).
 
 Every query has a timeout. An IP-literal endpoint skips resolution.
+
+The user's path: when the endpoint's requests go through a proxy from the environment (as
+`llmdoctor.proxies.target_route` decides it for the probe client, ``NO_PROXY`` included), this
+machine never resolves the endpoint's name (the proxy does); each new connection resolves the
+proxy's. The probe then times that lookup (``host`` is the proxy's name, ``proxy`` says which
+proxy, ``endpoint_host`` the endpoint's name), and a proxy given as an IP address skips it.
 """
 
 from __future__ import annotations
@@ -108,6 +114,18 @@ class DnsResult:
     resolver_attempts: int = GLIBC_ATTEMPTS
     query_timeout_s: float = QUERY_TIMEOUT_S
     queries_sent: int = 0
+    #: The proxy the requests go through (masked URL; "" when direct): `host` is then its name.
+    proxy: str = ""
+    #: The endpoint's own name when `host` is the proxy's ("" when direct).
+    endpoint_host: str = ""
+
+    @property
+    def whose(self) -> str:
+        """What `host` names, for a message: "" for the endpoint, or which proxy it is."""
+        if not self.proxy:
+            return ""
+        return (f" (the proxy {self.proxy}: the requests to {self.endpoint_host} go through it, "
+                "and it resolves that name)")
 
     @property
     def working_resolver(self) -> ResolverTiming | None:
@@ -310,14 +328,24 @@ def resolve(ctx: Context) -> DnsResult:
     from concurrent.futures import ThreadPoolExecutor  # here: it costs start-up time
 
     from llmdoctor.context import ProbeUnavailable
+    from llmdoctor.proxies import proxy_host, target_route
 
     if ctx.target is None:
         raise ProbeUnavailable("no endpoint given")
     host, port = ctx.target.host, ctx.target.port
+    route = target_route(ctx.target)
+    proxied = proxy_host(route)
+    proxy, endpoint_host = "", ""
+    if proxied is not None:  # the user's path: this machine resolves the proxy's name, not the endpoint's
+        proxy, endpoint_host = route.settings.proxy_url or "", host
+        host, port = proxied
     if is_ip_literal(host):
-        return DnsResult(host=host, is_ip_literal=True, note="the endpoint is an IP address: no DNS lookup")
+        note = (f"the requests go through the proxy {proxy}, an IP address: no DNS lookup on this machine "
+                f"(the proxy resolves {endpoint_host})" if proxy else "the endpoint is an IP address: no DNS lookup")
+        return DnsResult(host=host, is_ip_literal=True, note=note, proxy=proxy, endpoint_host=endpoint_host)
     timeout_s = min(QUERY_TIMEOUT_S, ctx.options.request.timeout_s)
-    result = DnsResult(host=host, is_ip_literal=False, query_timeout_s=timeout_s)
+    result = DnsResult(host=host, is_ip_literal=False, query_timeout_s=timeout_s, proxy=proxy,
+                       endpoint_host=endpoint_host)
     result.hosts_file_addresses = hosts_file_addresses(host, _read(HOSTS_FILE))
     if result.hosts_file_addresses:
         result.note = f"{HOSTS_FILE} overrides DNS for {host}"

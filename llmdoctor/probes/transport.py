@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from llmdoctor.probes.catalog import BASELINE, DNS
 from llmdoctor.probes.proxy_path import ProxyPath, measure_proxy_path, tunnel
 from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.proxies import ProxySettings, proxy_settings, route_for
+from llmdoctor.proxies import ProxySettings, proxy_settings, target_route
 
 if TYPE_CHECKING:
     import ssl
@@ -473,7 +473,7 @@ def _first_connection(ctx: Context, result: TransportResult) -> socket.socket:
 def _measure(ctx: Context, result: TransportResult) -> TransportResult:
     target = ctx.target
     assert target is not None
-    route = route_for(target.scheme, target.host, target.port, credentials=bool(target.api_key or target.headers))
+    route = target_route(target)
     result.proxy = route.settings
     timeout_s = min(EXCHANGE_TIMEOUT_S, ctx.options.request.timeout_s)
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, ctx.options.request.samples))

@@ -12,8 +12,10 @@ explicitly (every proxy variable of this shell removed first), so the test never
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -135,3 +137,51 @@ def test_an_https_endpoint_is_reached_through_a_connect_tunnel_and_priced_per_co
     assert path_.cost_ms is not None and path_.cost_ms >= 0.8 * INJECTED_MS, path_
     assert finding.paid.value == "new_connection" and "per new connection" in finding.title
     assert "key stays inside TLS" in finding.message
+
+
+def _probes_of_the_path(url: str, **options):
+    from llmdoctor.context import Context
+    from llmdoctor.options import Options
+    from llmdoctor.probes.catalog import CLIENT_LIMITS, CONCURRENCY, DNS, TRANSPORT
+    from llmdoctor.target import Target
+
+    ctx = Context(Target(base_url=url), Options.of(**options))
+    return ctx.get(DNS), ctx.get(CLIENT_LIMITS), ctx.get(TRANSPORT), ctx.get(CONCURRENCY)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["quiet", "busy-loops"])
+def test_the_lookup_the_sockets_and_the_parallel_requests_take_the_users_path(
+        path, busy: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 1: DNS, client limits, round trip and --concurrency all go the way the requests go.
+
+    The proxy is named (``localhost``, /etc/hosts) while the endpoint is an IP address: through the
+    proxy this machine resolves the proxy's name, its sockets go to the proxy and the parallel requests
+    pass the relay; with NO_PROXY covering the endpoint, nothing is resolved, the sockets are counted
+    towards the endpoint and nothing reaches the relay.
+    """
+    sim, proxy, relay = path
+    for name in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HTTP_PROXY", f"http://localhost:{relay.port}")
+    with busy_loops(seconds=60) if busy else contextlib.nullcontext():
+        dns, limits, transport, parallel = _probes_of_the_path(sim.base_url, concurrency=3, timeout_s=20)
+    through_relay = relay.connections
+    assert dns.host == "localhost" and dns.endpoint_host == "127.0.0.1" and dns.proxy, dns
+    assert dns.system_addresses and "127.0.0.1" in dns.system_addresses and dns.system_ms is not None
+    assert limits.via_proxy and limits.port == relay.port and "127.0.0.1" in limits.endpoint_addresses
+    assert transport.proxy_path is not None and transport.proxy_path.address.endswith(f":{relay.port}")
+    # The parallel requests went through tinyproxy, which closes every connection: one per request at least.
+    assert parallel.errors == 0 and len(parallel.parallel_ms) == 3, parallel
+    assert through_relay >= 3 + transport.proxy_path.connections - len(transport.proxy_path.direct_ms), (
+        through_relay, proxy.log_tail())
+    through_p50 = statistics.median(parallel.parallel_ms)
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    before = relay.connections
+    with busy_loops(seconds=60) if busy else contextlib.nullcontext():
+        dns, limits, transport, parallel = _probes_of_the_path(sim.base_url, concurrency=3, timeout_s=20)
+    assert relay.connections == before  # nothing of the control went through the proxy
+    assert dns.is_ip_literal and not dns.proxy and not limits.via_proxy and limits.port == sim.port
+    assert transport.proxy_path is None and parallel.errors == 0
+    # The parallel requests paid the relay's round trips (2 on the fresh connection each one opens).
+    assert through_p50 - statistics.median(parallel.parallel_ms) >= 0.8 * INJECTED_MS, (through_p50, parallel)
