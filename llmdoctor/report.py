@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # Bump the major part when a field changes meaning or disappears; the minor part for additions.
-SCHEMA_VERSION = "1.9"
+SCHEMA_VERSION = "1.10"
 
 
 class ExitCode:

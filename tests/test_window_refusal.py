@@ -110,6 +110,18 @@ def test_a_small_unpublished_window_is_learned_from_the_refusal_and_judges_the_r
     assert not _findings(report, "LD002")
     probes = {p["name"]: p for p in report["probes"]}  # type: ignore[attr-defined]
     assert probes["prefill"]["available"], probes["prefill"]
+    # ... and the JSON says so request by request (schema 1.10): our refused prompt is this client's misfit
+    requests = report["requests"]
+    assert isinstance(requests, dict)
+    ours = [r for r in requests["ids"] if r["probe"] == "prefill" and r["outcome"] != "ok"]
+    assert ours and all(r["failed_by"] == "client" and "did not fit" in r["misfit"] for r in ours), ours
+    # the user's own 800-word request, sent as it is (prefix_reuse), is refused by the server: not a misfit of ours
+    users = [r for r in requests["ids"] if r["probe"] == "prefix_reuse"]
+    assert users and all(r["failed_by"] == "server" and r["label"] == "HTTP 400" and not r["misfit"] for r in users)
+    assert all(r["failed_by"] is None and r["misfit"] == "" for r in requests["ids"] if r["outcome"] == "ok")
+    # the tallies agree, and the generation failures count none of ours as the server's
+    assert requests["generation"]["failed_by"] == {"client": len(ours), "server": len(users)}, requests["generation"]
+    assert requests["troubled_generations"] == 0
 
 
 def test_a_large_unpublished_window_lets_the_probe_fit_at_once_and_the_request_pass(

@@ -65,6 +65,14 @@ class RequestOutcome:
         return self.outcome == Outcome.OK
 
     @property
+    def who(self) -> str | None:
+        """Who failed it (None: it did not fail): our probe's misfit is this client's, the rest as classified
+        (an older record without a class: the server's, as the tallies always counted it)."""
+        if self.ok:
+            return None
+        return FailedBy.CLIENT if self.misfit else self.failed_by or FailedBy.SERVER
+
+    @property
     def generation(self) -> bool:
         """Whether it was a generation request (chat or text completion)."""
         return self.method == "POST" and self.path.rstrip("/").endswith("/completions")
@@ -145,7 +153,7 @@ class ProbeTally:
         self.truncated += r.outcome == Outcome.TRUNCATED
         if not r.ok:
             self.failures[r.label] = self.failures.get(r.label, 0) + 1
-            who = r.failed_by or FailedBy.SERVER
+            who = r.who or FailedBy.SERVER
             self.failed_by[who] = self.failed_by.get(who, 0) + 1
 
     def failures_text(self) -> str:

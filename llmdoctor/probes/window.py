@@ -116,6 +116,8 @@ def learn_window(ctx: Context, failed: RequestTiming, prompt: str, words: int, p
     is asked again once, without streaming and with ``max_tokens`` 1. The refused requests are
     marked `misfit` (our probe did not fit: not the server failing). None: not a window refusal.
     """
+    from llmdoctor.probes.timing import FailedBy
+
     refusal = _refusal_of(failed)
     read_from = failed
     history = ctx.client.history
@@ -132,7 +134,7 @@ def learn_window(ctx: Context, failed: RequestTiming, prompt: str, words: int, p
     # stream leaves its connection dead: the re-ask's first attempt on it fails, and is retried).
     for t in [failed, *history[since:], read_from]:
         if not t.ok:
-            t.misfit = why
+            t.misfit, t.failed_by = why, FailedBy.CLIENT  # our probe's misfit: this client's failure
     return LearnedWindow(refusal.window, f"the server's refusal of the {probe} probe's {words:,}-word prompt "
                          f"({quote!r})", refusal.prompt_tokens, words)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.findings import Evidence, Finding
-from llmdoctor.probes.outcomes import ProbeTally
+from llmdoctor.probes.outcomes import ProbeTally, RequestOutcome
 from llmdoctor.render.diagnosis import diagnosis_to_dict
 from llmdoctor.report import Report
 
@@ -94,6 +94,14 @@ def _tally(t: ProbeTally) -> dict[str, Any]:
             "failed_by": dict(t.failed_by)}
 
 
+def _request(r: RequestOutcome) -> dict[str, Any]:
+    """One request of the run: its ids, how it ended, its attempt (1.9) and who failed it (1.10: a misfit is ours)."""
+    return {"probe": r.probe, "method": r.method, "path": r.path, "sent_at": _round(r.started_at, 3),
+            "outcome": r.outcome, "request_id": r.request_id, "traceparent": r.traceparent,
+            "attempt": 2 if r.retried else 1, "label": None if r.ok else r.label, "failed_by": r.who,
+            "misfit": r.misfit}
+
+
 def _requests(report: Report) -> dict[str, Any]:
     """The ``requests`` object: counts, and (1.5) how they ended, overall, for generation and by probe."""
     out: dict[str, Any] = {"sent": report.requests_sent, "budget": report.request_budget,
@@ -104,10 +112,7 @@ def _requests(report: Report) -> dict[str, Any]:
                     "success_ratio": _tally(a.overall)["success_ratio"], "generation": _tally(a.generation),
                     "troubled_generations": a.troubled_generations, "unanswered": a.unanswered,
                     "by_probe": [_tally(t) for t in a.by_probe],
-                    "ids": [{"probe": r.probe, "method": r.method, "path": r.path, "sent_at": _round(r.started_at, 3),
-                             "outcome": r.outcome, "request_id": r.request_id, "traceparent": r.traceparent,
-                             "attempt": 2 if r.retried else 1}
-                            for r in a.requests if r.request_id or r.traceparent]})
+                    "ids": [_request(r) for r in a.requests]})
     return out
 
 
