@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from llmdoctor.diagnosis.confounders import Confounders, first_pass_confounders
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.diagnosis.model import Diagnosis, HypothesisState
@@ -114,3 +116,71 @@ def test_preemptions_are_kv_pressure_and_queueing_stands_down() -> None:
 def test_a_roomy_cache_without_preemption_is_evidence_against_kv_pressure() -> None:
     seen, _ = first_pass_confounders(Confounders(preemptions=0.0, kv_usage=0.2), None)
     assert [(h, lr) for h, lr, _ in seen if h == "kv_cache_pressure"] == [("kv_cache_pressure", 1 / STRONG)]
+
+
+def _queue_facts(**confounders: Any) -> Facts:
+    """A one-slot server behind another client on a busy host (the simulator's ``queueing`` profile, 2 busy
+    loops on 2 cores, no metrics): warm "Say ok." requests that waited 0, 1 or 2 other requests."""
+    return Facts(warm_ttft_ms=348.0, warm_total_ms=379.0, ttft_p90_ms=369.0, decode_ms=4.0, first_ttft_ms=None,
+                 first_setup_ms=0.0, models_ms=None, fresh=0, reused=5,
+                 floor_samples_ms=[262.0, 287.0, 199.0, 379.0, 394.0, 417.0],
+                 confounders=Confounders(jitter_ms=130.0, lag_ms=27.0, warm_requests=5, **confounders))
+
+
+def test_a_queue_behind_other_clients_is_not_its_own_noise() -> None:
+    """The waits behind another client's requests spread identical requests by a whole request (jitter
+    130 ms, doubled on the lagging client): that spread is the queue, not noise against it. The pair sent
+    together finished 205 ms apart, a whole service, four times what the client's worst lag explains."""
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[351.0, 386.0], parallel_ms=[373.5, 578.3],
+                          single_service_ms=[351.0, 386.0], parallel_service_ms=[373.5, 578.3],
+                          parallel_setup_ms=[0.5, 0.0], parallel_wall_ms=581.6, lag_ms=46.0)
+    test = next(t for t in FOLLOWUPS if t.probe is FOLLOWUP_CONCURRENCY)
+    seen, impacts = test.read(r, _queue_facts())  # type: ignore[attr-defined]
+    assert {hyp: lr for hyp, lr, _ in seen}["queueing"] == DECISIVE
+    assert impacts["queueing"][0] == pytest.approx(578.3 - 368.5)  # the slowest of the pair over alone
+
+
+def test_every_request_behind_other_clients_waits_alone_too() -> None:
+    """Each warm request of ours waited a whole request of the other client (363-365 ms, the first 186):
+    the pair's extra wait (one service, 150 ms) leaves out what every request pays, alone too; the impact is
+    the typical request over the fastest identical one."""
+    f = _queue_facts()
+    f.warm_total_ms, f.floor_samples_ms = 365.0, [186.0, 363.0, 365.0, 365.0, 365.0, 365.0]
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[364.0, 365.0], parallel_ms=[365.0, 515.0],
+                          single_service_ms=[364.0, 365.0], parallel_service_ms=[365.0, 515.0],
+                          parallel_setup_ms=[0.0, 0.0], parallel_wall_ms=516.0, lag_ms=6.0)
+    test = next(t for t in FOLLOWUPS if t.probe is FOLLOWUP_CONCURRENCY)
+    seen, impacts = test.read(r, f)  # type: ignore[attr-defined]
+    assert {hyp: lr for hyp, lr, _ in seen}["queueing"] == DECISIVE
+    assert impacts["queueing"][0] == 365.0 - 186.0 and "fastest identical" in impacts["queueing"][1]
+
+
+def test_requests_sent_together_that_finish_together_are_no_queue_whatever_the_jitter() -> None:
+    """The control: the same wide jitter, but the pair finished 20 ms apart: served side by side."""
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[351.0, 386.0], parallel_ms=[373.5, 393.5],
+                          single_service_ms=[351.0, 386.0], parallel_service_ms=[373.5, 393.5],
+                          parallel_setup_ms=[0.5, 0.0], parallel_wall_ms=395.0, lag_ms=46.0)
+    assert _read_concurrency(r, _queue_facts()).get("queueing", 1.0) < DECISIVE
+
+
+def test_a_pair_apart_by_less_than_a_request_is_not_in_turn() -> None:
+    """Apart by 120 ms, over what the lag explains (92 ms), but under the half of the fastest request
+    (199 ms) that waiting for it would take: not read as one after the other."""
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[351.0, 386.0], parallel_ms=[373.5, 493.5],
+                          single_service_ms=[351.0, 386.0], parallel_service_ms=[373.5, 493.5],
+                          parallel_setup_ms=[0.5, 0.0], parallel_wall_ms=495.0, lag_ms=46.0)
+    assert _read_concurrency(r, _queue_facts()).get("queueing", 1.0) < DECISIVE
+
+
+def test_two_populations_made_by_a_queue() -> None:
+    """Waits behind another client split the warm requests in two (186, 188 | 339-380 ms), which reads as
+    two replicas; but the pair sent together was served in turn, the first of it already slow (365 ms,
+    then 549): over two replicas the first to finish would be a fast one. A queue made the split."""
+    split = Split((186.0, 188.0), (339.0, 374.0, 380.0))
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[374.0, 360.0], parallel_ms=[365.0, 549.0],
+                          single_service_ms=[374.0, 360.0], parallel_service_ms=[365.0, 549.0],
+                          parallel_setup_ms=[0.0, 0.0], parallel_wall_ms=551.0, lag_ms=22.0)
+    assert _read_concurrency(r, _queue_facts(split=split))["queueing"] == DECISIVE
+    # the control: over two replicas the pair ran side by side, the first of it a fast one
+    r.parallel_ms = r.parallel_service_ms = [187.0, 372.0]
+    assert _read_concurrency(r, _queue_facts(split=split)) == {}

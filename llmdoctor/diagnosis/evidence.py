@@ -37,7 +37,7 @@ from llmdoctor.limits import (
     SLOW_NETWORK_LIMITS,
 )
 from llmdoctor.measures import cold_start_penalty_ms
-from llmdoctor.noise import explained_by_lag
+from llmdoctor.noise import LAG_FACTOR, explained_by_lag
 from llmdoctor.probes.catalog import (
     BASELINE,
     CONCURRENCY,
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.transport import TransportResult
+    from llmdoctor.stats import Split
 
 __all__ = ["Facts", "Seen", "FollowUp", "FollowUpTest", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
 
@@ -117,6 +118,9 @@ class Facts:
     #: The median prompt tokens of the application's own requests (``--request``; None: none given): a
     #: measured prefill rate is priced on the user's prompt, not on the probe's long one (issue 25).
     prompt_tokens: int | None = None
+    #: Totals of every successful "Say ok." request of the baseline, warm-up included (ms): its fastest is the
+    #: service without a wait (a cold or queued request is slower, never faster).
+    floor_samples_ms: list[float] = field(default_factory=list)
 
 
 def _decode_per_token(timings: list[RequestTiming]) -> float | None:
@@ -156,6 +160,7 @@ def facts_from(ctx: Context) -> Facts:
         first_queue=_first_queue(first_ttft, first.setup_ms if first is not None else 0.0, warm, confounders,
                                  metrics),
         prompt_tokens=_request_prompt_tokens(ctx),
+        floor_samples_ms=[t.total_ms for t in (*base.warmup, *base.samples) if t.ok and t.total_ms is not None],
     )
 
 
@@ -352,7 +357,7 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if not single or not parallels:
         return [], {}
     c = f.confounders
-    if c.split is not None:
+    if c.split is not None and not _one_after_the_other_though_split(r, f, c.split):
         return [], {}  # two populations: parallel requests on different replicas say nothing of a queue
     if r.server_queue_ms is not None:
         q = r.server_queue_ms
@@ -373,14 +378,17 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
     excess = max(worst - single, spread)
     repeats = max(r.singles) - min(r.singles) if len(r.singles) >= 2 else 0.0
     noise = noise_ms(c, [r.lag_ms], repeats)
+    paired = _paired_noise_ms(r, c)
+    in_turn = _in_turn(r, f)
     seen = (f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×), "
-            f"{spread:,.0f} ms between first and last (connection set-up excluded; noise ±{noise:,.0f} ms)")
+            f"{spread:,.0f} ms between first and last (connection set-up excluded; noise ±{noise:,.0f} ms, "
+            f"±{paired:,.0f} ms between requests sent together)")
     slower = worst >= QUEUE.slowdown * single and worst - single >= QUEUE.min_wait_ms
     if slower or (spread >= QUEUE.serial_spread * single and spread >= QUEUE.min_wait_ms):
-        if excess >= NOISE_MULTIPLE * noise:
+        if excess >= NOISE_MULTIPLE * noise or in_turn:
             return ([(Cause.QUEUEING, DECISIVE, f"{seen}: served one after the other"),
                      (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
-                    {Cause.QUEUEING: (excess, "extra wait of a request queued behind one other")})
+                    {Cause.QUEUEING: _queue_impact(r, f, excess)})
         if excess >= 1.5 * noise:
             return [(Cause.QUEUEING, WEAK, f"{seen}: slower together, but within a few times the noise")], {}
         return [], {}
@@ -390,6 +398,62 @@ def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
             out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
         return out, {}
     return [], {}
+
+
+def _paired_noise_ms(r: ConcurrencyResult, c: Confounders) -> float:
+    """How far apart the run's noise can set two requests sent at the same instant.
+
+    What varies over time (other clients' load, a queue's waits behind them, the server's state) reaches
+    both alike, so neither the baseline's jitter nor the spread of the step's alone requests (sent before
+    and after the pair) is noise here: a queue behind other clients makes both by itself, and counting
+    them would hide the queue they measure. Two replicas set simultaneous requests apart too, but they
+    show as two populations among the warm requests, which silence the step before it is read. What is
+    left is the client's own lag while they ran: `LAG_FACTOR` × its worst bounds what it explains
+    (`llmdoctor.noise.explained_by_lag`).
+    """
+    lag = max((v for v in (r.lag_ms, c.lag_ms) if v is not None), default=0.0)
+    return LAG_FACTOR * lag
+
+
+def _in_turn(r: ConcurrencyResult, f: Facts) -> bool:
+    """Whether the last of the requests sent together finished a whole service after the first.
+
+    Served one after the other, the last waits the service of the others: at least about the fastest
+    identical request (noise and waits only add latency), and more than the client's lag explains.
+    """
+    parallels = r.parallels
+    if len(parallels) < 2:
+        return False
+    fastest = min([*f.floor_samples_ms, *r.singles, *parallels])
+    return max(parallels) - min(parallels) >= max(_paired_noise_ms(r, f.confounders), EXPLAINS_SHARE * fastest)
+
+
+def _one_after_the_other_though_split(r: ConcurrencyResult, f: Facts, split: Split) -> bool:
+    """Two populations among the warm requests, yet the pair was served in turn: a queue made the slow ones.
+
+    Over two replicas, requests sent together run side by side, each at its replica's speed: the first
+    to finish is a fast one, or both are slow and finish together. When even the first of the pair is of
+    the slow population and the last finished a whole service after it, they waited for each other: the
+    slow warm requests are requests that waited their turn (found on the simulator's one-slot queueing
+    profile behind another client on a busy host: warm requests of 186, 188 and 339-380 ms, the pair 365
+    then 549 ms).
+    """
+    return _in_turn(r, f) and min(r.parallels) >= min(split.slow)
+
+
+def _queue_impact(r: ConcurrencyResult, f: Facts, excess: float) -> tuple[float, str]:
+    """What a request of ours waits in the queue: the larger of the step's extra wait and the typical wait.
+
+    The typical wait is the median warm "Say ok." request over the fastest identical one (waits and noise
+    only add latency, so the fastest is the service without a wait): behind other clients' requests every
+    request of ours waits, alone too, which the step's difference between alone and together leaves out.
+    """
+    fastest = min([*f.floor_samples_ms, *r.singles, *r.parallels], default=f.warm_total_ms)
+    typical = f.warm_total_ms - fastest
+    if typical > excess:
+        return typical, (f'median warm "Say ok." request ({f.warm_total_ms:,.0f} ms) over the fastest identical one '
+                         f"({fastest:,.0f} ms): its wait in the queue")
+    return excess, "extra wait of a request queued behind one other"
 
 
 def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
