@@ -33,13 +33,18 @@ def _host_pressure(host: ClientHostResult | None, held: list[StreamShape]) -> st
     return "; ".join(why)
 
 
-def _explained(held: list[StreamShape]) -> list[StreamShape]:
-    """The held streams whose missing time the client's own worst scheduling lag while they streamed explains.
+def _split_by_lag(held: list[StreamShape]) -> tuple[list[StreamShape], list[StreamShape]]:
+    """(explained, unexplained): the held streams whose missing time the client's own worst scheduling lag
+    while they streamed explains, and the others.
 
     A client that wakes late reads the first token late, and the rest at once: it sees less of the
     decode by about as long as it was late, whatever clock says how long the decode took.
     """
-    return [s for s in held if explained_by_lag(s.held_ms, s.client_lag_ms)]
+    explained: list[StreamShape] = []
+    unexplained: list[StreamShape] = []
+    for s in held:
+        (explained if explained_by_lag(s.held_ms, s.client_lag_ms) else unexplained).append(s)
+    return explained, unexplained
 
 
 def _by_how_much(streams: list[StreamShape]) -> str:
@@ -150,8 +155,7 @@ class HeldBackStream(Check):
             return
         # Whatever the token clock, a client that reads late sees less of the decode: holds its lag explains
         # are no evidence of a hop.
-        explained = _explained(held)
-        unexplained = [s for s in held if s not in explained]
+        explained, unexplained = _split_by_lag(held)
         if len(unexplained) < MIN_HELD_STREAMS or len(unexplained) < HELD_MAJORITY * len(judged):
             raise CheckSkipped(
                 f"{len(held)} of {len(judged)} streamed answers arrived late or in bursts, but llmdoctor's own "

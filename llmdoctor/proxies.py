@@ -34,8 +34,8 @@ from typing import Any
 
 from llmdoctor.target import Target, display_url
 
-__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "environment_proxies", "proxy_host",
-           "proxy_settings", "proxy_transport", "route_for", "target_route"]
+__all__ = ["ProxyError", "ProxySettings", "Route", "bypass_entry", "carries_credentials", "environment_proxies",
+           "proxy_host", "proxy_settings", "proxy_transport", "route_for", "target_route"]
 
 _SEPARATORS = re.compile(r"[,\s]+")
 _SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -176,10 +176,16 @@ def target_route(target: Target, environ: Mapping[str, str] | None = None) -> Ro
     The probes that stand for the user's requests (the round trip, the name lookup, the sockets
     counted) read it, so they take the path the requests take, ``NO_PROXY`` included.
     """
+    return route_for(target.scheme, target.host, target.port, credentials=carries_credentials(target),
+                     environ=environ)
+
+
+def carries_credentials(target: Target) -> bool:
+    """Whether the endpoint's requests carry credentials (an API key or a sensitive header): a proxy may
+    be chosen by that (`route_for`)."""
     from llmdoctor.redact import is_sensitive_header
 
-    credentials = bool(target.api_key) or any(is_sensitive_header(n) for n, _ in target.headers)
-    return route_for(target.scheme, target.host, target.port, credentials=credentials, environ=environ)
+    return bool(target.api_key) or any(is_sensitive_header(n) for n, _ in target.headers)
 
 
 def proxy_host(route: Route) -> tuple[str, int] | None:

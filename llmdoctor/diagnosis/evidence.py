@@ -424,8 +424,14 @@ def _in_turn(r: ConcurrencyResult, f: Facts) -> bool:
     parallels = r.parallels
     if len(parallels) < 2:
         return False
-    fastest = min([*f.floor_samples_ms, *r.singles, *parallels])
+    fastest = _fastest_ms(r, f)
     return max(parallels) - min(parallels) >= max(_paired_noise_ms(r, f.confounders), EXPLAINS_SHARE * fastest)
+
+
+def _fastest_ms(r: ConcurrencyResult, f: Facts) -> float:
+    """The fastest identical "Say ok." request of the run (baseline, alone and together): the service without
+    a wait, since waits and noise only add latency (the median warm request when there is none)."""
+    return min([*f.floor_samples_ms, *r.singles, *r.parallels], default=f.warm_total_ms)
 
 
 def _one_after_the_other_though_split(r: ConcurrencyResult, f: Facts, split: Split) -> bool:
@@ -448,7 +454,7 @@ def _queue_impact(r: ConcurrencyResult, f: Facts, excess: float) -> tuple[float,
     only add latency, so the fastest is the service without a wait): behind other clients' requests every
     request of ours waits, alone too, which the step's difference between alone and together leaves out.
     """
-    fastest = min([*f.floor_samples_ms, *r.singles, *r.parallels], default=f.warm_total_ms)
+    fastest = _fastest_ms(r, f)
     typical = f.warm_total_ms - fastest
     if typical > excess:
         return typical, (f'median warm "Say ok." request ({f.warm_total_ms:,.0f} ms) over the fastest identical one '

@@ -83,7 +83,8 @@ from llmdoctor.probes.transports import (
     attempt_of,
     origin_transports,
 )
-from llmdoctor.redact import Redactor, is_sensitive_header, mask_secret, redact_headers
+from llmdoctor.proxies import carries_credentials
+from llmdoctor.redact import Redactor, mask_secret, redact_headers
 from llmdoctor.target import ClientSetupError, Target
 
 if TYPE_CHECKING:
@@ -171,9 +172,8 @@ class ProbeClient:
         # so that the cost is not billed to the first request's timings.
         self._ssl_context = ssl_context(insecure, ca_bundle)
         connect_s = min(self.timeout_s, 10.0)
-        credentials = bool(target.api_key) or any(is_sensitive_header(n) for n, _ in target.headers)
         self.route, network = origin_transports(target.base_url, list(other_origins), verify=self._ssl_context,
-                                                trust_env=trust_env, credentials=credentials)
+                                                trust_env=trust_env, credentials=carries_credentials(target))
         if transport is None:
             transport = network
         else:
