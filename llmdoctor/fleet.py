@@ -16,7 +16,7 @@ Ctrl-C (or SIGTERM) stops the fleet without losing what it found: no request sta
 the endpoints being diagnosed end with their partial reports (within `INTERRUPT_GRACE_S`),
 and the completed reports are kept; an endpoint cut off in a request, or not started, is an
 ``interrupted`` row (UNKNOWN). The worker threads are daemons, so the process never waits
-for a request still in flight.
+for a request still in flight. The fleet's output (a table, NDJSON) is `llmdoctor.render.fleet`'s.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
@@ -226,27 +222,3 @@ def run_fleet(
                 (entry, None, "interrupted (Ctrl-C) before it finished" if i in started
                  else "not started: interrupted (Ctrl-C)")
                 for i, (entry, r) in enumerate(zip(entries, results))]
-
-
-def fleet_table(results: Sequence[tuple[FleetEntry, Report | None, str]]) -> Table:
-    """A rich table summarising the fleet, one row per endpoint."""
-    from rich.table import Table
-
-    table = Table(title="llmdoctor fleet", show_lines=False)
-    for col, justify in (("endpoint", "left"), ("status", "left"), ("exit", "right"), ("findings", "right"),
-                         ("TTFT p50", "right"), ("total p50", "right"), ("requests", "right"),
-                         ("top finding", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for entry, report, error in results:
-        shown = display_url(entry.url)
-        label = entry.name if entry.name == shown else f"{entry.name} ({shown})"
-        if report is None:
-            table.add_row(label, "UNKNOWN", "3", "—", "—", "—", "—", error)
-            continue
-        b = report.breakdown
-        ttft = "—" if b is None or b.ttft_p50_ms is None else f"{b.ttft_p50_ms:,.0f} ms"
-        total = "—" if b is None or b.total_p50_ms is None else f"{b.total_p50_ms:,.0f} ms"
-        top = f"{report.findings[0].check_id} {report.findings[0].title}" if report.findings else ""
-        table.add_row(label, report.status.upper(), str(report.exit_code), str(len(report.findings)), ttft, total,
-                      str(report.requests_sent), top)
-    return table

@@ -8,23 +8,24 @@ roll out. Ctrl-C (or SIGTERM) stops cleanly between or inside rounds.
 Bounds: memory holds the last `KEEP_ROUNDS` rounds only (a day of rounds costs what
 fifteen do). ``--deadline`` bounds the whole watch: no round starts after it, each gets
 at most the time left, and a round it cuts short is neither shown nor counted. The exit
-code is the last complete round's; 3 (UNKNOWN) when none completed.
+code is the last complete round's; 3 (UNKNOWN) when none completed. What the terminal shows (or
+the NDJSON line of a round) is `llmdoctor.render.watch`'s.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
     from rich.live import Live
 
 from llmdoctor.deadline import Deadline
 from llmdoctor.options import Options
+from llmdoctor.render.watch import watch_view
 from llmdoctor.report import ExitCode, Report
 from llmdoctor.target import Target
 
@@ -33,36 +34,6 @@ __all__ = ["KEEP_ROUNDS", "WATCH_CHECKS", "watch"]
 WATCH_CHECKS = ("LD001", "LD701")
 #: Rounds kept for the live table (and in memory).
 KEEP_ROUNDS = 15
-
-
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.0f} ms"
-
-
-def _view(rounds: Sequence[tuple[str, Report]], interval: float) -> RenderableType:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"llmdoctor watch — every {interval:g} s (Ctrl-C to stop)")
-    for col in ("time", "status", "TTFT p50", "TTFT p90", "total p50", "first token", "decode", "requests"):
-        table.add_column(col, justify="left" if col in ("time", "status") else "right")
-    for stamp, r in list(rounds)[-KEEP_ROUNDS:]:
-        b = r.breakdown
-        phases = {p.name: p.ms for p in b.phases} if b is not None else {}
-        ttft50, ttft90, total50 = (b.ttft_p50_ms, b.ttft_p90_ms, b.total_p50_ms) if b is not None else (None,) * 3
-        table.add_row(stamp, r.status.upper(), _ms(ttft50), _ms(ttft90), _ms(total50),
-                      _ms(phases.get("wait for first token")), _ms(phases.get("decode")), str(r.requests_sent))
-    parts: list[RenderableType] = [table]
-    last = rounds[-1][1] if rounds else None
-    if last is not None and last.breakdown is not None:
-        b = last.breakdown
-        longest = max((p.ms for p in b.phases), default=0.0) or 1.0
-        for p in b.phases:
-            parts.append(Text(f"  {p.name:<22}{_ms(p.ms):>10} {'█' * int(p.ms / longest * 30)}"))
-    if last is not None and last.findings:
-        parts.append(Text(f"  {last.findings[0].check_id} {last.findings[0].title}", style="yellow"))
-    return Group(*parts)
 
 
 def _cut_short(report: Report) -> bool:
@@ -98,7 +69,7 @@ def watch(
     if live and emit_json is None:
         from rich.live import Live
 
-        live_view = Live(_view(rounds, interval_s), refresh_per_second=4, transient=False)
+        live_view = Live(watch_view(rounds, interval_s, keep=KEEP_ROUNDS), refresh_per_second=4, transient=False)
         live_view.start()
     try:
         n = 0
@@ -115,7 +86,7 @@ def watch(
             if emit_json is not None:
                 emit_json(report)
             elif live_view is not None:
-                live_view.update(_view(rounds, interval_s))
+                live_view.update(watch_view(rounds, interval_s, keep=KEEP_ROUNDS))
             if on_round is not None:
                 on_round(n)
             if count > 0 and n >= count:

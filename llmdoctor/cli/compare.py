@@ -41,10 +41,9 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     Example:
       llmdoctor compare -e https://llm.prod.internal -e http://clean-box:8000 --samples 20
     """
-    import json
-
     from llmdoctor.options import NetworkOptions, Options, RequestPolicy
-    from llmdoctor.sidebyside import render_text, run_side_by_side, to_dict
+    from llmdoctor.render.compare import render_compare_json, render_compare_text
+    from llmdoctor.sidebyside import run_side_by_side
     from llmdoctor.target import DEFAULT_API_KEY_ENV, TargetSpec
 
     require_finite()
@@ -67,6 +66,5 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     for target in targets:
         check_client(target, options)
     result = run_side_by_side(targets, options)
-    text = json.dumps(to_dict(result), indent=2) + "\n" if as_json else render_text(result)
-    emit(text, output)
+    emit(render_compare_json(result) if as_json else render_compare_text(result), output)
     sys.exit(result.exit_code)

@@ -1,15 +1,15 @@
 """The modes of ``check`` beside one run: --dry-run, --endpoints (a fleet) and --watch.
 
 ``check`` applies `mode_options` (a `ModeArgs`) and hands over to `run_modes`, which returns
-only when neither a fleet nor a watch was asked for. Heavy imports stay inside the functions so
-``llmdoctor --help`` is fast.
+only when neither a fleet nor a watch was asked for; their output is `llmdoctor.render`'s. Heavy
+imports stay inside the functions so ``llmdoctor --help`` is fast.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from llmdoctor.deadline import Deadline
     from llmdoctor.fleet import FleetEntry
     from llmdoctor.options import Options
+    from llmdoctor.report import Report
     from llmdoctor.target import Target, TargetSpec
 
 __all__ = ["ModeArgs", "mode_options", "run_modes"]
@@ -118,7 +119,10 @@ def _fleet_dry_run(spec: TargetSpec, options: Options, mode: ModeArgs, selection
 
 def _fleet(spec: TargetSpec, options: Options, mode: ModeArgs, selection: Selection, to: Destination,
            deadline_at: float | None) -> NoReturn:
-    from llmdoctor.fleet import fleet_table, run_fleet, worst_exit_code
+    from llmdoctor.fleet import run_fleet, worst_exit_code
+    from llmdoctor.render.fleet import render_fleet_ndjson, render_fleet_text
+    from llmdoctor.render.prometheus import EndpointResult, render_exposition
+    from llmdoctor.target import display_url
 
     fmt, output = to.fmt, to.output
     if fmt not in ("text", "json", "prometheus"):
@@ -126,36 +130,16 @@ def _fleet(spec: TargetSpec, options: Options, mode: ModeArgs, selection: Select
                            "not " + fmt)
     assert mode.endpoints_file is not None
     entries = [entry for entry, _ in _fleet_entries(spec, mode.endpoints_file, options)]
-    from llmdoctor.render.json import report_to_dict
-    from llmdoctor.target import display_url
-
     results = run_fleet(entries, options, defaults=spec, rate=mode.rate, selected=selection.selected,
                         ignored=selection.ignored, fail_on=selection.fail_on, deadline_at=deadline_at)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
-    from llmdoctor.render.prometheus import EndpointResult, render_exposition
-
     metrics = [EndpointResult(entry.name, display_url(entry.url), report) for entry, report, _ in results]
     if fmt == "prometheus":
         text = render_exposition(metrics)
     elif fmt == "json":
-        import json
-
-        lines = []
-        for entry, report, error in results:
-            if report is not None:
-                lines.append(json.dumps({**report_to_dict(report), "name": entry.name}, ensure_ascii=False))
-            else:
-                lines.append(json.dumps({"name": entry.name, "endpoint": display_url(entry.url), "status": "unknown",
-                                         "exit_code": 3, "error": error}, ensure_ascii=False))
-        text = "\n".join(lines) + "\n"
+        text = render_fleet_ndjson(results)
     else:
-        import io
-
-        from rich.console import Console
-
-        buf = io.StringIO()
-        Console(file=buf, width=140, no_color=True, highlight=False).print(fleet_table(results))
-        text = buf.getvalue() + f"Result: exit {worst_exit_code(codes)} (the worst of {len(codes)} endpoints)\n"
+        text = render_fleet_text(results, worst=worst_exit_code(codes))
     emit(text, output)
     sys.exit(deliver(metrics, to.export, worst_exit_code(codes)))
 
@@ -173,12 +157,10 @@ def _watch(spec: TargetSpec, options: Options, mode: ModeArgs, selection: Select
     target = target_from_args(spec)
     check_client(target, options)
 
-    def emit_round(report: Any) -> None:
-        import json
+    def emit_round(report: Report) -> None:
+        from llmdoctor.render.watch import render_round_ndjson
 
-        from llmdoctor.render.json import report_to_dict
-
-        emit(json.dumps(report_to_dict(report), ensure_ascii=False) + "\n", None)
+        emit(render_round_ndjson(report), None)
 
     assert mode.watch_s is not None
     code = watch(target, options, interval_s=mode.watch_s, count=mode.watch_count, fail_on=selection.fail_on,
