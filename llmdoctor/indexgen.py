@@ -1,32 +1,46 @@
 """Writes what is derived from `llmdoctor.check_table`: ``python -m llmdoctor.indexgen``.
 
-Two files follow the table of built-in checks:
+Three files follow the table of built-in checks:
 
 - pyproject.toml's ``[project.entry-points."llmdoctor.checks"]`` block, one line per table line
   (what an installed distribution advertises; the rest of pyproject.toml is left as it is);
 - `llmdoctor.check_index`: each check imported and validated as a run loads it, described by
-  `CheckInfo.of`; the index is what ``llmdoctor checks`` lists them from without importing them.
+  `CheckInfo.of`; the index is what ``llmdoctor checks`` lists them from without importing them;
+- `llmdoctor.cli.prerendered`: what ``llmdoctor --help``, ``check --help``, ``checks`` and
+  ``explain ID`` print, rendered here by the click CLI itself (in this process, at each width of
+  `PRERENDER_COLUMNS`), which `llmdoctor.cli.entry` prints without importing click. Help texts
+  change with click's version: the file records the one that rendered them, the entry point prints
+  them only under that version, and ``--check`` under another click compares the rest of the file.
 
 Run it after adding a check or changing one's id, name, title, category, order or declared probes
-(adding a check: its module in ``checks/``, its line in `llmdoctor.check_table`, then this
-command); ``tests/test_check_index.py`` fails, naming this command, while either file is stale.
-``--check`` only says whether they are (exit 1), writing nothing.
+and after changing a command's help or a check's documentation (adding a check: its module in
+``checks/``, its line in `llmdoctor.check_table`, then this command); ``tests/test_check_index.py``
+and ``tests/test_cli_start.py`` fail, naming this command, while a file is stale. ``--check``
+only says whether they are (exit 1), writing nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from llmdoctor.check_table import BUILTIN_CHECKS, BuiltinCheck
 from llmdoctor.registry import ENTRY_POINT_GROUP, CheckInfo, builtin_entry_points, load_registry
 
-__all__ = ["INDEX_FILE", "PYPROJECT", "builtin_checks", "main", "render_entry_points", "render_index",
-           "with_entry_points"]
+__all__ = ["INDEX_FILE", "PRERENDERED_FILE", "PRERENDER_COLUMNS", "PYPROJECT", "builtin_checks", "comparable",
+           "main", "render_cli", "render_entry_points", "render_index", "render_prerendered", "with_entry_points"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 INDEX_FILE = Path(__file__).resolve().parent / "check_index.py"
+PRERENDERED_FILE = Path(__file__).resolve().parent / "cli" / "prerendered.py"
+#: The terminal widths the texts are rendered at: 80 (also what click uses without a terminal) and 100,
+#: which stands for every wider terminal (`llmdoctor.cli.entry.WIDEST`).
+PRERENDER_COLUMNS = (80, 100)
 COMMAND = "python -m llmdoctor.indexgen"
 WIDTH = 120
 #: The columns of a `CheckInfo` the index holds: all but the state, which the table gives.
@@ -104,11 +118,127 @@ def render_index(checks: list[CheckInfo]) -> str:
     return "\n".join(out) + "\n"
 
 
+PRERENDERED_HEADER = f'''"""What ``llmdoctor`` prints for its commonest requests, as click renders it: by ``{COMMAND}``.
+
+Do not edit: regenerate. `llmdoctor.cli.entry` prints these texts without importing click, when
+nothing they depend on differs from when they were rendered (that module says what); otherwise the
+click CLI prints them itself. ``tests/test_cli_start.py`` holds both paths byte for byte equal. By
+terminal width (80, and 100 for 100 columns and more): `HELP` (``llmdoctor --help``, and bare
+``llmdoctor``, which exits `EXIT_UNKNOWN`), `CHECK_HELP` (``llmdoctor check --help``), `EXPLAIN` (by
+check id: ``llmdoctor explain ID`` on a terminal, bold headings; without colour the styles are
+removed); `CHECKS` (``llmdoctor checks``, the built-ins of `BUILTIN_ENTRY_POINTS` only).
+"""
+
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+'''
+#: Lines of the prerendered module that a different click renders differently (`comparable`).
+CLICK_RENDERED = ("CLICK_VERSION", "HELP", "CHECK_HELP")
+
+
+def render_cli(args: list[str], columns: int) -> tuple[str, int]:
+    """What the click CLI prints on standard output for `args` at this terminal width (no terminal:
+    no colour), and its exit code; run in this process."""
+    from llmdoctor.cli.app import cli
+
+    out = io.StringIO()
+    with _environ(COLUMNS=str(columns), NO_COLOR=None), contextlib.redirect_stdout(out):
+        try:
+            code = cli.main(args=args, prog_name="llmdoctor", standalone_mode=False)
+        except SystemExit as exc:  # pragma: no cover - click's help exits through ctx.exit, not this
+            code = exc.code
+    return out.getvalue(), code if isinstance(code, int) else 0
+
+
+@contextlib.contextmanager
+def _environ(**values: str | None) -> Iterator[None]:
+    """These environment variables set (None: unset) for the duration."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        _set_environ(values)
+        yield
+    finally:
+        _set_environ(saved)
+
+
+def _set_environ(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _explained(check_id: str, columns: int) -> str:
+    """``llmdoctor explain ID`` as a terminal shows it (bold headings), checked against the click path's plain text."""
+    from llmdoctor.cli.offline import docs_as_text
+    from llmdoctor.registry import find_check
+
+    check = find_check(check_id)
+    assert check is not None, check_id
+    styled = docs_as_text(check, width=min(columns, 100), color=True) + "\n"
+    plain, code = render_cli(["explain", check_id], columns)
+    if code or styled.replace("\x1b[1m", "").replace("\x1b[0m", "") != plain:
+        raise RuntimeError(f"explain {check_id}: the styled text is not the plain one with bold added")
+    return styled
+
+
+def render_prerendered() -> str:
+    """The source of `llmdoctor.cli.prerendered`, rendered by the installed click."""
+    from llmdoctor.cli.app import EXIT_UNKNOWN
+    from llmdoctor.cli.entry import click_version
+    from llmdoctor.registry import available_checks
+
+    listed = available_checks()
+    if {c.id for c in listed.checks} != {row.id for row in BUILTIN_CHECKS} or listed.errors:
+        raise RuntimeError("a plugin's checks are installed: render the texts where only the built-ins are")
+    version = click_version()
+    if version is None:
+        from importlib.metadata import version as installed_version
+
+        version = installed_version("click")
+
+    def by_width(args: list[str]) -> str:
+        return repr({c: render_cli(args, c)[0] for c in PRERENDER_COLUMNS})
+
+    lines = [PRERENDERED_HEADER.rstrip("\n"), "",
+             f"CLICK_VERSION = {version!r}", f"EXIT_UNKNOWN = {EXIT_UNKNOWN!r}",
+             f"ENTRY_POINT_GROUP = {ENTRY_POINT_GROUP!r}",
+             "BUILTIN_ENTRY_POINTS: frozenset[str] = frozenset({",
+             *(f'    "{row.id} = {row.entry_point}",' for row in BUILTIN_CHECKS), "})",
+             f"HELP: dict[int, str] = {by_width(['--help'])}",
+             f"CHECK_HELP: dict[int, str] = {by_width(['check', '--help'])}",
+             f"CHECKS = {render_cli(['checks'], PRERENDER_COLUMNS[0])[0]!r}",
+             "EXPLAIN: dict[int, dict[str, str]] = {"]
+    for columns in PRERENDER_COLUMNS:
+        lines.append(f"    {columns}: {{")
+        lines += [f"        {row.id!r}: {_explained(row.id, columns)!r}," for row in BUILTIN_CHECKS]
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def comparable(rendered: str, current: str) -> tuple[str, str]:
+    """The two sources of the prerendered module as `--check` compares them: whole under one click; under
+    another (the texts print only under the click recorded), without the lines click renders."""
+    def lines(text: str, prefix: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(prefix)]
+
+    if lines(rendered, "CLICK_VERSION =") == lines(current, "CLICK_VERSION ="):
+        return rendered, current
+    keep = [(text, [line for line in text.splitlines() if not line.startswith(CLICK_RENDERED)])
+            for text in (rendered, current)]
+    return "\n".join(keep[0][1]), "\n".join(keep[1][1])
+
+
 def _outputs() -> list[tuple[Path, str]]:
     """Each derived file with the text it should have."""
     pyproject = PYPROJECT.read_text(encoding="utf-8")
     return [(PYPROJECT, with_entry_points(pyproject, render_entry_points())),
-            (INDEX_FILE, render_index(builtin_checks()))]
+            (INDEX_FILE, render_index(builtin_checks())),
+            (PRERENDERED_FILE, render_prerendered())]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     stale = 0
     for path, text in _outputs():
         current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if path == PRERENDERED_FILE and args.check:
+            text, current = comparable(text, current)
         if args.check:
             print(f"{path.name}: {'up to date' if text == current else 'stale: run ' + COMMAND}")
         elif text != current:

@@ -138,7 +138,8 @@ def test_indexgen_check_mode_says_up_to_date() -> None:
     done = subprocess.run([sys.executable, "-m", "llmdoctor.indexgen", "--check"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["pyproject.toml: up to date", "check_index.py: up to date"]
+    assert done.stdout.splitlines() == ["pyproject.toml: up to date", "check_index.py: up to date",
+                                       "prerendered.py: up to date"]
 
 
 def test_checks_lists_every_check_with_the_same_columns(capsys: pytest.CaptureFixture[str]) -> None:

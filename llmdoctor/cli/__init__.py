@@ -9,11 +9,25 @@ The package, one concern per module: `app` (the group and `main`), `check` (the 
 dataclass), `gate` (--slo, --compare, baselines), `modes` (--dry-run, fleets and watch), `compare`,
 `offline` (replay, checks, explain), `simulator` (demo, serve-sim), `output` (rendering, saving,
 progress), `export` (metrics destinations) and `usage` (argument problems and the target built from
-the arguments).
+the arguments); `entry` is the installed command's entry point, which prints the commonest texts
+(``--help``, ``checks``, ``explain``) prerendered in `prerendered` without importing click.
+
+`main` and `cli` are `llmdoctor.cli.app`'s, imported on first use: importing this package (as
+`llmdoctor.cli.entry` does) imports neither click nor the commands.
 """
 
 from __future__ import annotations
 
-from llmdoctor.cli.app import cli, main
+TYPE_CHECKING = False  # not typing's: importing typing costs the entry point's fast path a few ms
+if TYPE_CHECKING:
+    from llmdoctor.cli.app import cli, main
+else:
+    def __getattr__(name: str) -> object:
+        """`main` and `cli`, from `llmdoctor.cli.app` (imported now)."""
+        if name in __all__:
+            from llmdoctor.cli import app
+
+            return getattr(app, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["main", "cli"]
