@@ -226,7 +226,7 @@ def _clock(line: str) -> float:
 
 def bench_fidelity(delays_ms: Sequence[float], per_token_ms: float, tokens: int, repeats: int) -> dict[str, Any]:
     """Errors of llmdoctor's and curl's timings against the injected delays."""
-    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.client import ClientSettings, ProbeClient
     from llmdoctor.target import Target
 
     rows = []
@@ -254,7 +254,7 @@ def bench_fidelity(delays_ms: Sequence[float], per_token_ms: float, tokens: int,
                                                 "max_tokens": tokens, "stream": stream}
                         if stream:
                             body["stream_options"] = {"include_usage": True}
-                        with ProbeClient(target, timeout_s=30, max_requests=1, trust_env=False) as client:
+                        with ProbeClient(target, ClientSettings(30, 1, trust_env=False)) as client:
                             timing = client.chat("hi", max_tokens=tokens, stream=stream)
                         if timing.error:
                             raise RuntimeError(f"probe failed: {timing.error_detail}")

@@ -25,10 +25,9 @@ LONG_MODULES: dict[str, int] = {
 }
 #: Functions over MAX_PARAMETERS (``path:qualname``), with the most each may take (issue 24,
 #: typed specs at the front door). Count at 8a204ff: 16 (check, replay, run_and_exit and
-#: compare_estimates, 36, 12, 12 and 11 then, take typed specs since: 5, 5, 6 and 7).
-LONG_SIGNATURES: dict[str, int] = {
-    "llmdoctor/probes/client.py:ProbeClient.__init__": 20,  # the layered client (issue 24) is under way
-}
+#: compare_estimates, 36, 12, 12 and 11 then, take typed specs since: 5, 5, 6 and 7); none left
+#: since `ProbeClient.__init__` (17 at 8234df8) takes a typed `ClientSettings`: 8.
+LONG_SIGNATURES: dict[str, int] = {}
 #: ``# type: ignore`` over another object's private attribute, by module: none left (the layered
 #: client dropped httpcore's pool._network_backend).
 PRIVATE_IGNORES: dict[str, int] = {}
@@ -86,7 +85,7 @@ def test_no_module_is_over_600_lines() -> None:
 
 def test_no_function_takes_over_10_parameters() -> None:
     _shrinks(_long_signatures(), LONG_SIGNATURES, f"functions over {MAX_PARAMETERS} parameters")
-    assert len(LONG_SIGNATURES) <= 1
+    assert len(LONG_SIGNATURES) == 0
 
 
 # Another object's private attribute: ``x._name`` where x is not self or cls (dunders are public).

@@ -8,9 +8,10 @@ import time
 import httpx
 import pytest
 
-from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ProbeClient
+from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ClientSettings, ProbeClient
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.target import Target
+from tests.clientutil import probe_client
 from tests.rawserver import (
     ScriptClock,
     chunk,
@@ -44,7 +45,7 @@ def final(usage: dict | None = None, **extra) -> dict:
 def client_for(srv_or_url, *, timeout_s: float = 5.0, max_requests: int = 10, **kwargs) -> ProbeClient:
     url = srv_or_url if isinstance(srv_or_url, str) else srv_or_url.url
     target = Target(url + "/v1", model="m", api_key=CANARY)
-    return ProbeClient(target, timeout_s=timeout_s, max_requests=max_requests, **kwargs)
+    return probe_client(target, timeout_s=timeout_s, max_requests=max_requests, **kwargs)
 
 
 def silence(conn: socket.socket, request: bytes) -> None:
@@ -591,7 +592,8 @@ def test_untrusted_certificate_is_tls_error_and_insecure_skips_check(servers, tl
 
 def test_bad_ca_bundle_path_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="CA bundle"):
-        ProbeClient(Target("https://127.0.0.1:1/v1"), timeout_s=1, max_requests=1, ca_bundle=str(tmp_path / "no.pem"))
+        ProbeClient(Target("https://127.0.0.1:1/v1"), ClientSettings(timeout_s=1, max_requests=1,
+                                                                   ca_bundle=str(tmp_path / "no.pem")))
 
 
 def test_name_resolution_failure_is_dns(monkeypatch):

@@ -18,11 +18,12 @@ from llmdoctor.probes.client import ProbeClient
 from llmdoctor.probes.outcomes import RequestOutcome
 from llmdoctor.probes.timing import ErrorKind, FailedBy
 from llmdoctor.target import Target
+from tests.clientutil import probe_client
 from tests.rawserver import ScriptedServer, chunk, http_response, sse_event
 
 
 def client_for(srv: ScriptedServer, **kwargs) -> ProbeClient:
-    return ProbeClient(Target(srv.url + "/v1", model="m"), timeout_s=5.0, max_requests=10, trust_env=False, **kwargs)
+    return probe_client(Target(srv.url + "/v1", model="m"), timeout_s=5.0, max_requests=10, trust_env=False, **kwargs)
 
 
 def _reset(conn: socket.socket) -> None:

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmdoctor.options import Options
-from llmdoctor.probes.client import ProbeClient, parse_retry_after
+from llmdoctor.probes.client import ClientSettings, ProbeClient, parse_retry_after
 from llmdoctor.probes.clock import SYSTEM_CLOCK
 from llmdoctor.probes.sse import SSEError, SSEParser
 from llmdoctor.probes.timing import ErrorKind, RequestTiming
@@ -97,8 +97,8 @@ def test_sse_parser_limits_raise_only_sse_error(body: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def client() -> Any:
-    with ProbeClient(Target("http://127.0.0.1:9/v1", api_key="sk-FUZZKEY-0123456789"), timeout_s=5,
-                     max_requests=1) as c:
+    with ProbeClient(Target("http://127.0.0.1:9/v1", api_key="sk-FUZZKEY-0123456789"),
+                     ClientSettings(timeout_s=5, max_requests=1)) as c:
         yield c
 
 

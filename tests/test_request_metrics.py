@@ -87,11 +87,11 @@ def test_sim_vllm_without_the_flag_sends_no_metrics_and_other_flavors_refuse_it(
 # -- through the probe client --------------------------------------------------------------------
 def test_the_probe_client_reads_the_clocks_of_a_stream_and_of_an_answer() -> None:
     from llmdoctor.clocks import judge
-    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.client import ClientSettings, ProbeClient
     from llmdoctor.target import Target
 
     with SimServer(get_profile("healthy", flavor="vllm", per_request_metrics=True, **FAST)) as server, \
-            ProbeClient(Target(server.url + "/v1"), timeout_s=10, max_requests=5) as client:
+            ProbeClient(Target(server.url + "/v1"), ClientSettings(timeout_s=10, max_requests=5)) as client:
         streamed = client.chat("Say ok.", max_tokens=5)  # asks stream_options.include_usage itself
         answered = client.chat("Say ok.", max_tokens=5, stream=False)
     for t in (streamed, answered):
@@ -114,12 +114,13 @@ def _recording_server(seen: list[dict[str, str]]):  # type: ignore[no-untyped-de
 
 
 def test_every_request_carries_its_own_request_id_and_a_valid_traceparent() -> None:
-    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.client import ClientSettings, ProbeClient
     from llmdoctor.probes.trace_ids import valid_traceparent
     from llmdoctor.target import Target
 
     seen: list[dict[str, str]] = []
-    with _recording_server(seen) as srv, ProbeClient(Target(srv.url + "/v1"), timeout_s=5, max_requests=5) as client:
+    with _recording_server(seen) as srv, ProbeClient(Target(srv.url + "/v1"),
+                                                     ClientSettings(timeout_s=5, max_requests=5)) as client:
         timings = [client.get_json("/models")[0] for _ in range(3)]
     assert [h.get("x-request-id") for h in seen] == [t.request_id for t in timings]
     assert [h.get("traceparent") for h in seen] == [t.traceparent for t in timings]
@@ -128,12 +129,12 @@ def test_every_request_carries_its_own_request_id_and_a_valid_traceparent() -> N
 
 
 def test_a_users_own_request_id_header_wins() -> None:
-    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.client import ClientSettings, ProbeClient
     from llmdoctor.target import Target
 
     seen: list[dict[str, str]] = []
     with _recording_server(seen) as srv, ProbeClient(Target(srv.url + "/v1", headers=(("X-Request-Id", "mine"),)),
-                                                     timeout_s=5, max_requests=2) as client:
+                                                     ClientSettings(timeout_s=5, max_requests=2)) as client:
         timing, _ = client.get_json("/models")
     assert seen[0]["x-request-id"] == "mine" and timing.request_id == "mine"
     assert seen[0]["traceparent"] == timing.traceparent != ""

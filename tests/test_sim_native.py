@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from llmdoctor.probes.client import ProbeClient
+from llmdoctor.probes.client import ClientSettings, ProbeClient
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Target
@@ -27,7 +27,7 @@ def test_unknown_flavor_is_rejected() -> None:
 
 def test_tgi_generate_headers_are_parsed_by_the_probe_client() -> None:
     with sim("tgi", natural_output_tokens=50) as server, \
-            ProbeClient(Target(server.url + "/v1"), timeout_s=10, max_requests=5) as client:
+            ProbeClient(Target(server.url + "/v1"), ClientSettings(timeout_s=10, max_requests=5)) as client:
         timing, body = client.post_json("/generate", {"inputs": "Why is my endpoint slow?",
                                                       "parameters": {"max_new_tokens": 10}}, root=True)
         assert timing.ok, timing
@@ -72,7 +72,7 @@ def test_ollama_generate_reports_nanosecond_durations_and_load_on_first_request(
 
 def test_llamacpp_props_slots_and_timings() -> None:
     with sim("llamacpp", max_concurrency=2, context_window=2048) as server, \
-            ProbeClient(Target(server.url + "/v1"), timeout_s=10, max_requests=5) as client:
+            ProbeClient(Target(server.url + "/v1"), ClientSettings(timeout_s=10, max_requests=5)) as client:
         props = httpx.get(server.url + "/props").json()
         slots = httpx.get(server.url + "/slots").json()
         streamed = client.chat("hi", max_tokens=5, extra={"ignore_eos": True})

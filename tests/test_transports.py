@@ -7,10 +7,11 @@ import pytest
 
 from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.options import Options
-from llmdoctor.probes.client import BudgetExhausted, DeadlineReached, PlanExceeded, ProbeClient
+from llmdoctor.probes.client import BudgetExhausted, ClientSettings, DeadlineReached, PlanExceeded, ProbeClient
 from llmdoctor.probes.contract import Probe, request
 from llmdoctor.probes.timing import ErrorKind
 from llmdoctor.target import Target
+from tests.clientutil import probe_client
 from tests.rawserver import ScriptClock
 
 TARGET = Target("http://127.0.0.1:9/v1", model="m")
@@ -35,7 +36,7 @@ OK_JSON = (200, {"content-type": "application/json"}, b'{"data": []}')
 def make(network: httpx.BaseTransport, clock: ScriptClock | None = None, **kwargs) -> ProbeClient:
     kwargs.setdefault("timeout_s", 5.0)
     kwargs.setdefault("max_requests", 10)
-    return ProbeClient(TARGET, clock=clock or ScriptClock(), transport=network, **kwargs)
+    return probe_client(TARGET, clock=clock or ScriptClock(), transport=network, **kwargs)
 
 
 def test_the_request_budget_refuses_before_anything_reaches_the_network() -> None:
@@ -103,7 +104,7 @@ def test_the_retry_carries_ids_of_its_own_so_the_servers_log_shows_every_attempt
 def test_a_retry_sends_the_users_own_request_id_again_as_it_was() -> None:
     network = Mock((503, {"retry-after": "1"}, b"busy"), OK_JSON)
     target = Target("http://127.0.0.1:9/v1", model="m", headers=(("X-Request-Id", "mine"),))
-    with ProbeClient(target, clock=ScriptClock(), transport=network, timeout_s=5.0, max_requests=4) as c:
+    with ProbeClient(target, ClientSettings(5.0, 4), clock=ScriptClock(), transport=network) as c:
         c.get_json("/models")
     assert [t.request_id for t in c.history] == ["mine", "mine"]
     assert c.history[0].traceparent != c.history[1].traceparent  # ours still renews per attempt

@@ -301,14 +301,14 @@ def test_recorded_answers_are_what_the_readme_says() -> None:
 
 def _replay_stream(name: str) -> Any:
     """Serve a recorded vLLM stream byte for byte and read it with the real probe client."""
-    from llmdoctor.probes.client import ProbeClient
+    from llmdoctor.probes.client import ClientSettings, ProbeClient
     from tests.rawserver import ScriptedServer, http_response, play
 
     body = (V / name).read_bytes()
     response = http_response(200, {"Content-Type": "text/event-stream"}, body)
     with ScriptedServer(play([(0.0, response)]), keep_alive=True) as server:
-        with ProbeClient(Target(base_url=server.url + "/v1", model="tiny-llama"), timeout_s=10,
-                         max_requests=2) as client:
+        with ProbeClient(Target(base_url=server.url + "/v1", model="tiny-llama"),
+                         ClientSettings(timeout_s=10, max_requests=2)) as client:
             return client.chat("Say ok.", max_tokens=1)
 
 

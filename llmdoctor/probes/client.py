@@ -1,8 +1,8 @@
 """The timed, budgeted HTTP client: every request llmdoctor sends to the endpoint goes through it.
 
-One `ProbeClient` per run (`ProbeClient.for_run`), made of layers (`llmdoctor.probes.transports`,
-each an ``httpx.BaseTransport`` over an injected one) and a reader that interprets what comes
-back (`llmdoctor.probes.stream_reader`). Each request
+One `ProbeClient` per run (`ProbeClient.for_run`; its bounds a typed `ClientSettings`), made of
+layers (`llmdoctor.probes.transports`, each an ``httpx.BaseTransport`` over an injected one) and
+a reader that interprets what comes back (`llmdoctor.probes.stream_reader`). Each request
 
 - counts against a budget (`max_requests`); `BudgetExhausted` is raised *before* sending; in
   strict mode, a probe that sends more than its declared plan raises `PlanExceeded`;
@@ -37,7 +37,7 @@ The client is meant for sequential use (one request at a time per thread).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ import httpx
 
 from llmdoctor import __version__
 from llmdoctor.clocks import header_clocks
+from llmdoctor.probes.client_settings import DEFAULT_MAX_BODY_BYTES, ClientSettings
 from llmdoctor.probes.clock import SYSTEM_CLOCK, Clock
 from llmdoctor.probes.errors import (
     BodyStop,
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
     from llmdoctor.options import Options
 
 __all__ = [
+    "ClientSettings",
     "ProbeClient",
     "BudgetExhausted",
     "ClientSetupError",
@@ -102,7 +104,6 @@ __all__ = [
     "parse_retry_after",
 ]
 
-DEFAULT_MAX_BODY_BYTES = 16 << 20
 USER_AGENT = f"llmdoctor/{__version__}"
 ERROR_BODY_READ_BYTES = 64 << 10
 # After ``data: [DONE]`` the server should end the body at once; wait this long for the end
@@ -122,40 +123,31 @@ class ProbeClient:
     def __init__(
         self,
         target: Target,
+        settings: ClientSettings,
         *,
-        timeout_s: float,
-        max_requests: int,
-        insecure: bool = False,
-        ca_bundle: str | None = None,
         on_request: Callable[[RequestTiming], None] | None = None,
         before_send: Callable[[], None] | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        trust_env: bool = True,
-        deadline_at: float | None = None,
         lag: LagSampler | None = None,
-        other_origins: Iterable[str | None] = (),
         clock: Clock = SYSTEM_CLOCK,
         transport: httpx.BaseTransport | None = None,
         plan: Callable[[], tuple[str, int] | None] | None = None,
-        strict: bool = False,
     ) -> None:
-        """`deadline_at`: the `clock` instant the whole run must end by (or None);
-        `lag`: the run's lag sampler, whose worst lag during each request is stamped on it.
+        """`settings`: the client's bounds and network (`ClientSettings`); `lag`: the run's lag
+        sampler, whose worst lag during each request is stamped on it.
 
-        `other_origins`: URLs on other origins the run will GET (a metrics exporter), so their
-        route (direct or proxied) is decided up front too. `transport`: the network layer under
-        the client's own (default: an ``httpx.HTTPTransport`` per origin, direct or through its
-        proxy). `plan` names the probe sending now and the requests it declared; with `strict`,
-        a request beyond it raises `PlanExceeded`. Raises `ClientSetupError` when the client
-        cannot be built.
+        `transport`: the network layer under the client's own (default: an ``httpx.HTTPTransport``
+        per origin, direct or through its proxy). `plan` names the probe sending now and the
+        requests it declared (enforced with ``settings.strict``). Raises `ClientSetupError` when
+        the client cannot be built.
         """
         self.target = target
+        self.settings = settings
         self.lag = lag
         self.clock = clock
-        self.timeout_s = float(timeout_s)
-        self.deadline_at = deadline_at
-        self.max_requests = int(max_requests)
-        self.max_body_bytes = int(max_body_bytes)
+        self.timeout_s = float(settings.timeout_s)
+        self.deadline_at = settings.deadline_at
+        self.max_requests = int(settings.max_requests)
+        self.max_body_bytes = int(settings.max_body_bytes)
         self.on_request = on_request
         self.history: list[RequestTiming] = []
 
@@ -170,19 +162,20 @@ class ProbeClient:
 
         # The SSL context is built here, eagerly (loading CA certificates takes tens of ms),
         # so that the cost is not billed to the first request's timings.
-        self._ssl_context = ssl_context(insecure, ca_bundle)
+        self._ssl_context = ssl_context(settings.insecure, settings.ca_bundle)
         connect_s = min(self.timeout_s, 10.0)
-        self.route, network = origin_transports(target.base_url, list(other_origins), verify=self._ssl_context,
-                                                trust_env=trust_env, credentials=carries_credentials(target))
+        self.route, network = origin_transports(target.base_url, list(settings.other_origins),
+                                                verify=self._ssl_context, trust_env=settings.trust_env,
+                                                credentials=carries_credentials(target))
         if transport is None:
             transport = network
         else:
             network.close()  # built only to check the route (a proxy the client cannot use fails here)
         self._budget = BudgetTransport(
             DeadlineTransport(TimingTransport(transport, clock), timeout_s=self.timeout_s, clock=clock,
-                              deadline_at=deadline_at),
+                              deadline_at=self.deadline_at),
             max_requests=self.max_requests, clock=clock, time_left=self.time_left,
-            before_send=before_send, plan=plan, strict=strict)
+            before_send=before_send, plan=plan, strict=settings.strict)
         stack = RetryTransport(self._budget, clock=clock, timeout_s=self.timeout_s, discard=self._discard)
         try:
             self._client = httpx.Client(
@@ -191,7 +184,7 @@ class ProbeClient:
                 timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
                 follow_redirects=False,
                 transport=stack,
-                trust_env=trust_env,
+                trust_env=settings.trust_env,
             )
             # Warm the request-building path (URL parsing, header encoding) without sending anything.
             self._client.build_request("POST", self._url("/", False), content=b"{}")
@@ -199,22 +192,28 @@ class ProbeClient:
             raise ClientSetupError(self.redactor.text(f"cannot build the HTTP client: {exc}")) from None
 
     @classmethod
-    def for_run(cls, target: Target, options: Options, **run: Any) -> ProbeClient:
-        """The client of a run with these options: the one place options become client settings.
+    def for_run(
+        cls,
+        target: Target,
+        options: Options,
+        *,
+        max_requests: int | None = None,
+        deadline_at: float | None = None,
+        strict: bool = False,
+        on_request: Callable[[RequestTiming], None] | None = None,
+        before_send: Callable[[], None] | None = None,
+        lag: LagSampler | None = None,
+        plan: Callable[[], tuple[str, int] | None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> ProbeClient:
+        """The client of a run with these options (`ClientSettings.of`), with the run's hooks.
 
         Used by the CLI's preflight (``max_requests=1``, to fail fast on a client that cannot be
-        built) and by `Context.client`; `run` adds or overrides keyword arguments of the
-        constructor (`deadline_at`, `on_request`, `before_send`, `lag`, `plan`, `strict`, ...).
+        built) and by `Context.client`.
         """
-        settings: dict[str, Any] = {
-            "timeout_s": options.request.timeout_s,
-            "max_requests": options.request.max_requests,
-            "insecure": options.network.insecure,
-            "ca_bundle": options.network.ca_bundle,
-            "other_origins": (options.evidence.metrics_url, options.evidence.gpu_metrics_url),
-        }
-        settings.update(run)
-        return cls(target, **settings)
+        return cls(target, ClientSettings.of(options, max_requests=max_requests, deadline_at=deadline_at,
+                                             strict=strict),
+                   on_request=on_request, before_send=before_send, lag=lag, plan=plan, transport=transport)
 
     # -- context manager / lifecycle ------------------------------------------------------------
 

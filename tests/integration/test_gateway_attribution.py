@@ -44,7 +44,7 @@ from llmdoctor.clocks import judge
 from llmdoctor.delivery import stream_shape
 from llmdoctor.doctor import diagnose
 from llmdoctor.options import Options
-from llmdoctor.probes.client import ProbeClient
+from llmdoctor.probes.client import ClientSettings, ProbeClient
 from llmdoctor.probes.prompt_size import filler_prompt
 from llmdoctor.render.json import report_to_dict
 from llmdoctor.report import SCHEMA_VERSION, Report
@@ -327,7 +327,8 @@ def test_the_joined_server_time_agrees_with_llamacpps_own_log(llama_server: Llam
     nothing about prefill: the whole is compared here, the parts below with fresh long prompts.)
     """
     offset = len(llama_server.log_text())
-    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"), timeout_s=60, max_requests=10) as client:
+    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"),
+                     ClientSettings(timeout_s=60, max_requests=10)) as client:
         timings = [client.chat("Say ok.", max_tokens=32, extra=NO_EOS) for _ in range(4)]
     assert all(t.ok for t in timings), timings
     totals = [float(m.group(1)) for m in _logged(llama_server, offset, PERF_TOTAL, len(timings))]
@@ -390,7 +391,7 @@ def test_the_joined_prefill_and_decode_agree_with_llamacpps_own_log(llama_server
     target = Target(llama_server.base_url, model="tiny-llama")
     rng = random.Random()
     rows, skipped = [], []
-    with ProbeClient(target, timeout_s=300, max_requests=PART_REQUESTS + 2) as client:  # a starved host
+    with ProbeClient(target, ClientSettings(timeout_s=300, max_requests=PART_REQUESTS + 2)) as client:  # a starved host
         assert client.chat(filler_prompt(20, rng), max_tokens=2).ok  # the warm-up
         for _ in range(PART_REQUESTS):
             offset = len(llama_server.log_text())

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmdoctor.probes.client import ProbeClient
+from llmdoctor.probes.client import ClientSettings, ProbeClient
 from llmdoctor.target import Target
 from tests.cliutil import all_finding_ids, run_cli, run_process, validate_report
 from tests.llamacpp_server import LlamaCppServer
@@ -102,7 +102,7 @@ def _wait_for_perf_lines(server: LlamaCppServer, offset: int, expected: int, tim
 
 
 def _warm(server: LlamaCppServer) -> None:
-    with ProbeClient(Target(server.base_url), timeout_s=60, max_requests=10) as client:
+    with ProbeClient(Target(server.base_url), ClientSettings(timeout_s=60, max_requests=10)) as client:
         for _ in range(3):
             assert client.chat("Say ok.", max_tokens=8).ok
 
@@ -345,7 +345,8 @@ def test_warm_server_shows_no_cold_start(full_run: dict[str, Any]) -> None:
 def test_non_streamed_timing_agrees_with_openai_processing_ms(llama_server: LlamaCppServer) -> None:
     """llmdoctor's client on a non-streamed chat vs the server's own ``openai-processing-ms``."""
     diffs = []
-    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"), timeout_s=60, max_requests=10) as client:
+    with ProbeClient(Target(llama_server.base_url, model="tiny-llama"),
+                     ClientSettings(timeout_s=60, max_requests=10)) as client:
         for max_tokens in (4, 16, 4, 16, 4):
             t = client.chat("Say ok.", max_tokens=max_tokens, stream=False, extra={"logit_bias": {"2": -100}})
             assert t.ok, t
