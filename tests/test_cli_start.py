@@ -109,7 +109,9 @@ def test_the_fast_path_prints_what_click_prints(tmp_path: Path, args: tuple[str,
         pytest.skip("checks does not depend on the width")
     env = _clean_env(**({"COLUMNS": columns} if columns else {}))
     clicked, entry, imported_click = _both(tmp_path, args, env)
-    assert (entry.stdout, entry.stderr, entry.returncode) == (clicked.stdout, clicked.stderr, clicked.returncode)
+    assert (entry.stdout, entry.stderr, entry.returncode) == (clicked.stdout, clicked.stderr, clicked.returncode), \
+        "the entry point printed another text than click: is llmdoctor/cli/prerendered.py stale? " \
+        "Run python -m llmdoctor.indexgen"
     assert clicked.returncode == (EXIT_UNKNOWN if not args else 0) and clicked.stdout
     assert not imported_click, "the prerendered text was not used: is llmdoctor/cli/prerendered.py stale?"
 

@@ -150,13 +150,54 @@ def _plain_stdout() -> bool:
 
 
 def _builtin_checks_only(builtins: frozenset[str], group: str) -> bool:
-    """Every installed entry point of `group` is a built-in check's (``name = value`` as generated)."""
-    from llmdoctor.plugins import entry_points
+    """No installed distribution has an entry point of `group` but the built-in checks' (``name = value``
+    as generated); False too where that cannot be told cheaply.
 
-    try:
-        return all(f"{ep.name} = {ep.value}" in builtins for ep in entry_points(group))
-    except Exception:  # noqa: BLE001 - whatever it is, the click path will say it
+    Conservative, where `llmdoctor.plugins` is exact: every distribution on ``sys.path`` is read (not
+    only the first of each name), and a zip, an egg or a meta-path finder with distributions of its
+    own is not looked into (the click path reads those through `importlib.metadata`). Not that
+    module itself: its import (typing, its compiled pattern) costs a third of this whole path.
+    """
+    from importlib.machinery import PathFinder
+
+    if any(finder is not PathFinder and hasattr(finder, "find_distributions") for finder in sys.meta_path):
         return False
+    header = f"[{group}]"
+    for entry in sys.path:
+        root = os.fspath(entry) or "."
+        try:
+            children = os.listdir(root)
+        except OSError:
+            if os.path.isfile(root):
+                return False
+            continue
+        if root.lower().endswith(".egg"):
+            return False
+        for child in children:
+            if child.lower().endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(root, child, "entry_points.txt"), encoding="utf-8") as f:
+                        text = f.read()
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if header in text and not _only(builtins, text, header):
+                    return False
+    return True
+
+
+def _only(builtins: frozenset[str], text: str, header: str) -> bool:
+    """Every entry point under `header` in this ``entry_points.txt`` is one of `builtins`."""
+    section = None
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == header:
+            name, _, value = line.partition("=")
+            if f"{name.strip()} = {value.strip()}" not in builtins:
+                return False
+    return True
 
 
 def _may_be_masked(text: str) -> bool:
