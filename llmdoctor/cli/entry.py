@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["columns", "click_version", "main", "prerendered_text"]
+__all__ = ["columns", "click_version", "main", "prerendered_exit_unknown", "prerendered_text"]
 
 #: Click's help is never wider than this many columns (`llmdoctor.cli.app`'s ``max_content_width``),
 #: nor is ``explain``'s text: a wider terminal prints what this width prints.
@@ -49,14 +49,28 @@ _BOLD, _RESET = "\x1b[1m", "\x1b[0m"  # what click.style(bold=True) wraps a text
 
 def main() -> None:
     """The ``llmdoctor`` command (pyproject's ``[project.scripts]``): a prerendered text, or the click CLI."""
-    found = prerendered_text(sys.argv[1:])
-    if found is None:
-        from llmdoctor.cli.app import main as click_main
+    try:
+        found = prerendered_text(sys.argv[1:])
+        if found is None:
+            from llmdoctor.cli.app import main as click_main
 
-        click_main()
-    text, code = found
-    _write(text)
+            click_main()
+        text, code = found
+        _write(text)
+    except KeyboardInterrupt:  # Ctrl-C before click's handlers are in place: as `llmdoctor.cli.app` says it
+        try:
+            sys.stderr.write("llmdoctor: aborted\n")
+        except Exception:  # noqa: BLE001 - stderr itself is broken: nothing more to say
+            pass
+        code = prerendered_exit_unknown()
     sys.exit(code)
+
+
+def prerendered_exit_unknown() -> int:
+    """The exit code of a run that could not run (3), as `llmdoctor.cli.prerendered` restates it."""
+    from llmdoctor.cli import prerendered
+
+    return prerendered.EXIT_UNKNOWN
 
 
 def columns() -> int:
