@@ -159,6 +159,32 @@ def test_one_byte_chunks_stream(servers):
 # -- connection reuse and budget ------------------------------------------------------------------------
 
 
+def test_a_stream_broken_before_its_first_event_leaves_no_connection_to_reuse(servers):
+    """llama-cpp-python 0.3.36 ends an over-long streamed request with a complete, empty chunked body and
+    resets the connection a moment later. Reused, that connection failed the next request as "a pooled
+    connection dropped in between" (the path's; the CI failure of the window test). Now it is never reused."""
+    per_conn: dict[int, int] = {}
+
+    def handler(conn, request):
+        n = per_conn[id(conn)] = per_conn.get(id(conn), 0) + 1
+        if n == 2:  # the reset that follows the broken stream, as the next request arrives
+            conn.shutdown(socket.SHUT_RDWR)
+            return False
+        if b'"stream": true' in request:
+            for _, data in chunked_sse_response([], done=False):
+                conn.sendall(data)
+            return True
+        conn.sendall(http_response(200, body={"choices": [{"message": {"content": "ok"}}]}))
+
+    srv = servers(handler, keep_alive=True)
+    with client_for(srv, max_requests=5) as c:
+        cut = c.chat("long", max_tokens=1, stream=True)
+        after = c.chat("short", max_tokens=1, stream=False)
+    assert cut.error == ErrorKind.STREAM_CUT and after.ok, (cut.error_detail, after.error_detail)
+    assert [t.error for t in c.history] == [ErrorKind.STREAM_CUT, None]  # no dropped attempt, no retry
+    assert not after.reused_connection and srv.connections == 2
+
+
 def test_second_request_reuses_keepalive_connection(servers):
     srv = servers(play([(0.0, http_response(200, body={"data": [{"id": "m"}]}))]), keep_alive=True)
     with client_for(srv) as c:
@@ -190,8 +216,8 @@ def test_stale_keepalive_connection_is_retried_once(servers):
     assert [t.error for t in c.history] == [None, ErrorKind.PROTOCOL, None]
     assert c.history[1].reused_connection and not t2.reused_connection
     assert c.requests_sent == 3 and srv.connections == 2
-    # The dropped attempt and its retry each carry their own id (the retry's is the first's with "-2").
-    assert c.history[2].request_id == c.history[1].request_id + "-2" and c.history[2].retried
+    # The dropped attempt and its retry each carry their own id (the retry's is the first's ending "02").
+    assert c.history[2].request_id == c.history[1].request_id[:-2] + "02" and c.history[2].retried
 
 
 def test_budget_exhausted_before_sending(servers):

@@ -107,12 +107,12 @@ def test_intermittent_429_is_a_rate_limiting_warning_with_its_share(
     assert abs(evidence["share"] / 100 - expected_share) <= 0.15, evidence
     if "retry_after_s" in knobs:
         assert evidence["Retry-After"] == "1" and report["requests"]["retried"] >= 1
-        # Issue 26: each attempt is listed with its own id; the retry's is the first's with "-2".
+        # Issue 26: each attempt is listed with its own id; the retry's is the first's ending "02", not "01".
         ids = report["requests"]["ids"]
         retries = [r for r in ids if r["attempt"] == 2]
         assert len(retries) == report["requests"]["retried"]
         firsts = {r["request_id"] for r in ids if r["attempt"] == 1}
-        assert all(r["request_id"].endswith("-2") and r["request_id"][:-2] in firsts for r in retries), retries
+        assert all(r["request_id"].endswith("02") and r["request_id"][:-2] + "01" in firsts for r in retries), retries
     else:
         assert evidence["Retry-After"] == "none sent"
     pattern = evidence["pattern"]

@@ -95,10 +95,31 @@ def test_the_retry_carries_ids_of_its_own_so_the_servers_log_shows_every_attempt
     assert [h["x-request-id"] for h in sent] == [first.request_id, again.request_id]
     assert [h["traceparent"] for h in sent] == [first.traceparent, again.traceparent]
     assert t is again and again.retried and not first.retried
-    assert again.request_id == first.request_id + "-2" and len(first.request_id) == 32
+    # the retry's id is the first's with its attempt digits 01 made 02: still a UUID (see test_ids_are_uuids)
+    assert again.request_id == first.request_id[:-2] + "02" and first.request_id.endswith("01")
+    assert len(first.request_id) == 32
     assert again.traceparent.split("-")[1] == first.traceparent.split("-")[1]  # one trace
     assert again.traceparent.split("-")[2] != first.traceparent.split("-")[2]  # two spans
     assert valid_traceparent(again.traceparent)
+
+
+def test_ids_are_uuids_so_a_server_that_validates_them_answers_every_attempt() -> None:
+    """llama-cpp-python 0.3.36's server checks X-Request-Id with starlette-context 0.3.6's RequestIdPlugin
+    (validate=True) and answers a non-UUID with a bare HTTP 400: the old "-2" retry id made every retry
+    fail there (CI: the window was not learned, our probe's re-ask refused as "HTTP 400: Bad Request")."""
+    import uuid
+
+    from llmdoctor.probes.trace_ids import new_ids
+
+    for _ in range(50):
+        first = new_ids()
+        again = first.for_attempt(2)
+        for rid in (first.request_id, again.request_id):
+            assert uuid.UUID(rid).version == 4 and len(rid) == 32, rid
+        assert again.request_id[:30] == first.request_id[:30] and again.request_id != first.request_id
+    plugin = pytest.importorskip("starlette_context.plugins").RequestIdPlugin()  # the real validator, when installed
+    plugin.validate_uuid(first.request_id)
+    plugin.validate_uuid(again.request_id)
 
 
 def test_a_retry_sends_the_users_own_request_id_again_as_it_was() -> None:

@@ -82,6 +82,7 @@ from llmdoctor.probes.transports import (
     RetryTransport,
     TimingTransport,
     attempt_of,
+    drop_connection,
     origin_transports,
 )
 from llmdoctor.proxies import carries_credentials
@@ -397,6 +398,8 @@ class ProbeClient:
         finally:
             end = self.clock.now()
             if response is not None:
+                if timing.error == ErrorKind.STREAM_CUT:  # a broken answer: never reuse its connection
+                    drop_connection(response)
                 try:
                     response.close()
                 except Exception:  # closing a broken connection is not news

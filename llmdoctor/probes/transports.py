@@ -55,6 +55,7 @@ __all__ = [
     "TimingTransport",
     "Watchdog",
     "attempt_of",
+    "drop_connection",
     "origin_transports",
 ]
 
@@ -133,6 +134,24 @@ class Attempt:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
         except OSError:
             self.cut = False
+
+
+def drop_connection(response: httpx.Response) -> None:
+    """Shut the connection `response` came on down, so that the pool never sends on it again.
+
+    For an answer that broke although its HTTP framing ended (a 2xx event stream that ends before its
+    first event): the server's state on that connection is unknown. llama-cpp-python 0.3.36 raises
+    inside such a stream and uvicorn resets the connection a moment later; a next request sent on it
+    first would fail as "a pooled connection dropped in between" (the path's), then be retried. Shut
+    down, the socket reads as closed and the pool opens a new connection instead.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:  # already closed by the other side: the pool sees that by itself
+            pass
 
 
 def attempt_of(request: httpx.Request) -> Attempt | None:

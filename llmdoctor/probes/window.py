@@ -130,8 +130,8 @@ def learn_window(ctx: Context, failed: RequestTiming, prompt: str, words: int, p
         return None
     quote = read_from.error_detail[:160]
     why = f"our {probe} prompt ({words:,} words) did not fit the {refusal.window:,}-token window"
-    # The refused requests, and any attempt in between that the refusal broke (llama-cpp-python's crashed
-    # stream leaves its connection dead: the re-ask's first attempt on it fails, and is retried).
+    # The refused requests, and any attempt in between that the refusal broke (the client no longer reuses
+    # the connection of a broken stream, which llama-cpp-python resets: none is expected).
     for t in [failed, *history[since:], read_from]:
         if not t.ok:
             t.misfit, t.failed_by = why, FailedBy.CLIENT  # our probe's misfit: this client's failure
