@@ -124,6 +124,9 @@ class Context:
     #: instant its command started plus --deadline (file reading counts too); without it the
     #: deadline is counted from here.
     deadline_at: float | None = field(default=None, repr=False)
+    #: The other endpoint's context, for the probe that measures two endpoints side by side
+    #: (`llmdoctor compare`: ``SIDE_BY_SIDE`` runs here and measures there); None in a check run.
+    beside: Context | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.recorded is not None:
@@ -242,6 +245,11 @@ class Context:
         """Requests sent to the endpoint so far (0 when replaying)."""
         return 0 if self._client is None else int(self._client.requests_sent)
 
+    @property
+    def requests_by_probe(self) -> dict[str, int]:
+        """Requests each probe sent so far (retries aside; empty when replaying)."""
+        return {} if self._client is None else self._client.requests_by_probe
+
     def close(self) -> None:
         """Release the probe client's connections and stop the lag sampler."""
         if self._client is not None:
@@ -305,6 +313,21 @@ class Context:
     def reading_as(self, name: str, allowed: Sequence[AnyProbe]) -> Iterator[None]:
         """Attribute the reads inside to check `name`, which declared `allowed` (strict mode checks them)."""
         self._readers.append(_Reader(name, frozenset(allowed), frozenset(), True))
+        try:
+            yield
+        finally:
+            self._readers.pop()
+
+    @contextmanager
+    def measuring_as(self, probe: AnyProbe) -> Iterator[None]:
+        """Measure here on behalf of `probe`, which runs in another context (`beside`).
+
+        Inside, this context's reads are held to `probe`'s declaration, and the requests its client
+        sends are stamped with `probe`'s name, counted per probe and held to `probe`'s plan for this
+        context's endpoint (strict mode), as if `probe` ran here.
+        """
+        allowed = frozenset((*probe.needs, *probe.optional_under(self.options)))
+        self._readers.append(_Reader(probe.name, allowed, frozenset(probe.orders), False, probe))
         try:
             yield
         finally:

@@ -22,7 +22,7 @@ from llmdoctor.probes.contract import AnyProbe, Endpoint, PlannedRequest, schedu
 from llmdoctor.probes.dns import is_ip_literal
 from llmdoctor.target import Target
 
-__all__ = ["PlannedRequest", "plan_probes", "plan_requests", "render_plan"]
+__all__ = ["PlannedRequest", "plan_line", "plan_probes", "plan_requests", "render_plan"]
 
 
 def plan_probes(checks: Iterable[type[Check]], options: Options) -> list[AnyProbe]:
@@ -34,6 +34,12 @@ def plan_requests(target: Target, options: Options, probes: Iterable[AnyProbe]) 
     """The HTTP requests `probes` would send at most (a probe switched off by the options sends none)."""
     endpoint = Endpoint.of(target)
     return [r for p in probes if static_off(p, options) is None for r in p.requests(endpoint, options)]
+
+
+def plan_line(r: PlannedRequest) -> str:
+    """One request shape of a dry run: how many, the method, URL and body, and the probe that sends it."""
+    note = f"  ({r.note})" if r.note else ""
+    return f"  {r.count:>3} × {r.method:<4} {r.url}  body {r.body}{note}  [{r.probe}]"
 
 
 def _transport_line(target: Target) -> str:
@@ -64,9 +70,7 @@ def render_plan(target: Target, options: Options, checks: Sequence[type[Check]])
     planned = plan_requests(target, options, probes)
     total = sum(r.count for r in planned)
     lines = [f"llmdoctor dry run — {target.base_url}: nothing is sent.", ""]
-    for r in planned:
-        note = f"  ({r.note})" if r.note else ""
-        lines.append(f"  {r.count:>3} × {r.method:<4} {r.url}  body {r.body}{note}  [{r.probe}]")
+    lines += [plan_line(r) for r in planned]
     lines.append("")
     lines.append(f"At most {min(total, options.request.max_requests)} HTTP requests (plan {total}, "
                  f"--max-requests {options.request.max_requests}); each may be retried once (stale keep-alive, "

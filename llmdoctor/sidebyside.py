@@ -17,29 +17,13 @@ from dataclasses import dataclass, field
 
 from llmdoctor.breakdown import waterfall
 from llmdoctor.options import Options
-from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK, describe_failure
-from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.probes.catalog import ORDER, SIDE_BY_SIDE
+from llmdoctor.probes.contract import AnyProbe, Reads, schedule, static_off
+from llmdoctor.probes.side_by_side import Side
 from llmdoctor.regress import Comparison, compare_samples
 from llmdoctor.target import Target
 
-__all__ = ["SideBySide", "Side", "run_side_by_side"]
-
-
-@dataclass
-class Side:
-    """One endpoint's samples (warm-up excluded)."""
-
-    label: str
-    endpoint: str
-    model: str | None = None
-    samples: list[RequestTiming] = field(default_factory=list)
-    error: str = ""
-    requests_sent: int = 0
-
-    @property
-    def ok(self) -> list[RequestTiming]:
-        """Samples that completed."""
-        return [s for s in self.samples if s.ok and s.total_ms is not None]
+__all__ = ["SideBySide", "Side", "probes_measured", "render_dry_run", "run_side_by_side"]
 
 
 @dataclass
@@ -69,50 +53,59 @@ def _phase_samples(side: Side) -> dict[str, list[float]]:
     return out
 
 
+def probes_measured(options: Options) -> list[AnyProbe]:
+    """What `compare` measures, in order, in each endpoint's context: the schedule of `SIDE_BY_SIDE`
+    (the discovery it needs, then itself), without a check run's summaries."""
+    return [p for p in schedule([Reads((SIDE_BY_SIDE,))], lambda p: static_off(p, options), ORDER, options)
+            if not p.closing]
+
+
+def render_dry_run(targets: Sequence[Target], options: Options) -> str:
+    """``compare --dry-run``: the requests each endpoint would get (from the probes' plans); nothing is sent."""
+    from llmdoctor.plan import plan_line, plan_requests
+
+    probes = probes_measured(options)
+    lines = [f"llmdoctor compare dry run — A {targets[0].base_url}, B {targets[1].base_url}: nothing is sent.", ""]
+    for label, target in zip("AB", targets):
+        planned = plan_requests(target, options, probes)
+        total = sum(r.count for r in planned)
+        lines += [f"[{label}] {target.base_url}", *(plan_line(r) for r in planned),
+                  f"  at most {min(total, options.request.max_requests)} HTTP requests (plan {total}, "
+                  f"budget {options.request.max_requests})", ""]
+    lines.append("The samples alternate A, B, A, B …; each request may be retried once (stale keep-alive, or "
+                 "429/503 with a short Retry-After) within the same budget.")
+    lines.append("Probes, in the order they run, for each endpoint: " + ", ".join(p.name for p in probes))
+    lines.append("Credentials: sent only to each endpoint's own origin; redirects are reported, never followed.")
+    return "\n".join(lines) + "\n"
+
+
 def run_side_by_side(
     targets: Sequence[Target], options: Options, *, min_rel: float = 0.10, min_abs_ms: float = 5.0
 ) -> SideBySide:
-    """Discover both endpoints, warm each up, then alternate single "Say ok." requests A, B, A, B …
+    """Measure `SIDE_BY_SIDE` in A's context with B's beside it, then compare phase by phase.
 
-    Ctrl-C stops it with what it has: both sides marked interrupted, no comparison (exit 3).
+    Each side's requests are counted by probe (`Side.requests_by_probe`). Ctrl-C stops it with
+    what it has: both sides marked interrupted, no comparison (exit 3).
     """
     from llmdoctor.context import Context, ProbeUnavailable
-    from llmdoctor.probes.catalog import DISCOVERY
 
+    a, b = (Context(target=t, options=options) for t in targets)
+    a.beside = b
     sides = [Side(label, t.base_url) for label, t in zip("AB", targets)]
-    ctxs = [Context(target=t, options=options) for t in targets]
     try:
-        models: list[str | None] = []
-        for side, ctx in zip(sides, ctxs):
-            try:
-                info = ctx.get(DISCOVERY)
-                if not info.reachable or info.model is None:
-                    raise ProbeUnavailable(f"not usable: {describe_failure(info.models_timing)}"
-                                           if not info.reachable else "no model; pass --model")
-                side.model = info.model
-                for _ in range(max(1, options.request.warmup)):
-                    ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS, extra={"model": info.model})
-            except ProbeUnavailable as exc:
-                side.error = exc.reason
-            except Exception as exc:  # noqa: BLE001 - report, never crash
-                side.error = f"{type(exc).__name__}: {exc}"
-            models.append(side.model)
-        if not any(s.error for s in sides):
-            for _ in range(options.request.samples):
-                for side, ctx in zip(sides, ctxs):
-                    try:
-                        side.samples.append(ctx.client.chat(SAY_OK, max_tokens=BASELINE_MAX_TOKENS,
-                                                            extra={"model": side.model}))
-                    except Exception as exc:  # noqa: BLE001 - budget or deadline: stop both sides
-                        side.error = f"{type(exc).__name__}: {exc}"
-                if any(s.error for s in sides):
-                    break
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the comparison is incomplete, say so (exit 3)
+        a.measure(probes_measured(options))
+        measured = a.get(SIDE_BY_SIDE)
+        sides = [measured.a, measured.b]
+    except ProbeUnavailable as exc:  # the probe itself failed (a bug): both sides say why
+        for side in sides:
+            side.error = exc.reason
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the samples: the comparison is incomplete (exit 3)
         for side in sides:
             side.error = side.error or f"interrupted (Ctrl-C) after {len(side.samples)} samples"
     finally:
-        for side, ctx in zip(sides, ctxs):
+        for side, ctx in zip(sides, (a, b)):
             side.requests_sent = ctx.requests_sent
+            side.requests_by_probe = ctx.requests_by_probe
             ctx.close()
     result = SideBySide(sides[0], sides[1])
     if not any(s.error for s in sides):

@@ -27,8 +27,9 @@ __all__ = ["compare"]
 @click.option("--insecure", is_flag=True, help="Accept any TLS certificate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (schema/compare.schema.json).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to FILE.")
+@click.option("--dry-run", is_flag=True, help="Print the requests each endpoint would get (at most) and send none.")
 def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple[str, ...], samples: int,
-            timeout_s: float, insecure: bool, as_json: bool, output: str | None) -> NoReturn:
+            timeout_s: float, insecure: bool, as_json: bool, output: str | None, dry_run: bool) -> NoReturn:
     """Compare two endpoints phase by phase, requests interleaved A, B, A, B … so drift hits both alike.
 
     \b
@@ -43,7 +44,7 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
     """
     from llmdoctor.options import NetworkOptions, Options, RequestPolicy
     from llmdoctor.render.compare import render_compare_json, render_compare_text
-    from llmdoctor.sidebyside import run_side_by_side
+    from llmdoctor.sidebyside import render_dry_run, run_side_by_side
     from llmdoctor.target import DEFAULT_API_KEY_ENV, TargetSpec
 
     require_finite()
@@ -65,6 +66,9 @@ def compare(endpoints: tuple[str, ...], models: tuple[str, ...], key_envs: tuple
                       network=NetworkOptions(insecure=insecure))
     for target in targets:
         check_client(target, options)
+    if dry_run:
+        emit(render_dry_run(targets, options), output)
+        sys.exit(0)
     result = run_side_by_side(targets, options)
     emit(render_compare_json(result) if as_json else render_compare_text(result), output)
     sys.exit(result.exit_code)

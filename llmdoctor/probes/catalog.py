@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from llmdoctor.probes.prompt_size import PromptSize
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
+    from llmdoctor.probes.side_by_side import Interleaved
     from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.tokens import ContextWindow, PromptTokens, ServerTokens
     from llmdoctor.probes.transport import TransportResult
@@ -55,7 +56,8 @@ __all__ = [
     "ATTRIBUTION", "BASELINE", "CLIENT_HOST", "CLIENT_LIMITS", "CONCURRENCY", "CONTEXT_WINDOW", "DIAGNOSIS",
     "DISCOVERY", "DNS", "FIRST_REQUEST", "FOLLOWUP_CONCURRENCY", "FOLLOWUP_IDLE", "GPU", "GPU_METRICS", "HOST", "IDLE",
     "LOGS", "LONE_REQUEST", "NATIVE_TIMINGS", "ORDER", "OUTCOMES", "PREFILL", "PREFIX_REUSE", "PROBES", "PROMPT_SIZE",
-    "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SWEEP", "TRANSPORT",
+    "PROMPT_TOKENS", "REFERENCE", "REPEAT_PROMPT", "REQUESTS", "SERVER_METRICS", "SERVER_TOKENS", "SIDE_BY_SIDE",
+    "SWEEP", "TRANSPORT",
 ]
 
 CHAT_BODY = '{"model", "messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 8, "stream": true}'
@@ -176,6 +178,12 @@ def _native_timings_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
 def _repeat_prompt_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
     return [request("POST", e.chat, '{"messages": [the same long prompt], "max_tokens": 1, "stream": true}', 2),
             *_refit_plan(e)]
+
+
+def _side_by_side_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
+    return [request("POST", e.chat, CHAT_BODY, max(1, o.request.warmup) + o.request.samples,
+                    f"{max(1, o.request.warmup)} warm-up, then {o.request.samples} samples alternating with the "
+                    "other endpoint's; as many to each")]
 
 
 def _diagnosis_plan(e: Endpoint, o: Options) -> Sequence[PlannedRequest]:
@@ -347,6 +355,12 @@ REFERENCE: Probe[Reference] = Probe(
     "the baseline file to compare with (--compare FILE, saved by --save-baseline)", local=True, off=_no_reference,
     title="the baseline to compare with (--compare)",
 )
+SIDE_BY_SIDE: Probe[Interleaved] = Probe(
+    "side_by_side", "llmdoctor.probes.side_by_side:side_by_side", "llmdoctor.probes.side_by_side:Interleaved",
+    'two endpoints, the same minimal "Say ok." requests interleaved A, B, A, B … (llmdoctor compare)',
+    needs=(DISCOVERY,), plan=_side_by_side_plan,
+    title="two endpoints side by side, requests interleaved (llmdoctor compare)",
+)
 FOLLOWUP_CONCURRENCY: Probe[ConcurrencyResult] = Probe(
     "followup_concurrency", "llmdoctor.probes.followup:followup_concurrency",
     "llmdoctor.probes.client_limits:ConcurrencyResult",
@@ -409,8 +423,8 @@ CLIENT_HOST: Probe[ClientHostResult] = Probe(
 ORDER: tuple[AnyProbe, ...] = (
     DISCOVERY, FIRST_REQUEST, REQUESTS, SERVER_TOKENS, CONTEXT_WINDOW, PROMPT_TOKENS, GPU, GPU_METRICS,
     SERVER_METRICS, BASELINE, LOGS, HOST, IDLE, DNS, TRANSPORT, CLIENT_LIMITS, CONCURRENCY, PROMPT_SIZE, PREFILL,
-    PREFIX_REUSE, SWEEP, NATIVE_TIMINGS, REFERENCE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST, REPEAT_PROMPT,
-    DIAGNOSIS, ATTRIBUTION, OUTCOMES, CLIENT_HOST,
+    PREFIX_REUSE, SWEEP, NATIVE_TIMINGS, REFERENCE, SIDE_BY_SIDE, FOLLOWUP_CONCURRENCY, FOLLOWUP_IDLE, LONE_REQUEST,
+    REPEAT_PROMPT, DIAGNOSIS, ATTRIBUTION, OUTCOMES, CLIENT_HOST,
 )
 
 #: Every probe by name (for recordings, which name probes).
