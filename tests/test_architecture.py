@@ -1,5 +1,6 @@
 """Architecture fitness rules beside the import graph's: small modules, short signatures, one
-`Target` factory, no type-checker silence over another object's private attributes.
+`Target` factory and one probe-client factory, no type-checker silence over another object's private
+attributes.
 
 Static (nothing is imported): every module under ``llmdoctor/`` and ``checks/`` is parsed. Where
 the house does not meet a rule yet, the offenders are listed by name, and the list may only
@@ -107,19 +108,32 @@ def test_no_type_ignore_on_private_attributes() -> None:
     assert len(PRIVATE_IGNORES) == 0
 
 
-def test_a_target_is_made_only_by_the_factory() -> None:
-    """`llmdoctor.target.build_target` (or `TargetSpec.build`) is the one way a `Target` is made."""
-    makers = []
+def _calls(name: str, skip: str) -> list[str]:
+    """Where a call of `name` (a bare name or an attribute) is made, outside module `skip`."""
+    found = []
     for path, source in _files():
-        if path == "llmdoctor/target.py":
+        if path == skip:
             continue
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Call):
                 func = node.func
-                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                if name == "Target":
-                    makers.append(f"{path}:{node.lineno}")
+                called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if called == name:
+                    found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_a_target_is_made_only_by_the_factory() -> None:
+    """`llmdoctor.target.build_target` (or `TargetSpec.build`) is the one way a `Target` is made."""
+    makers = _calls("Target", "llmdoctor/target.py")
     assert makers == [], f"a Target built outside llmdoctor/target.py's factory: {makers}"
+
+
+def test_a_probe_client_is_made_only_by_its_factory() -> None:
+    """`ProbeClient.for_run` (its settings from `ClientSettings.of`) makes the client of the CLI's preflight
+    and of the run: nothing else in the package calls the constructor."""
+    assert _calls("ProbeClient", "llmdoctor/probes/client.py") == []
+    assert len(_calls("for_run", "llmdoctor/probes/client.py")) >= 2  # the preflight and Context.client
 
 
 def test_the_rules_see_what_they_must() -> None:
