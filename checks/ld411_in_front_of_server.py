@@ -9,12 +9,36 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.noise import LAG_FACTOR, explained_by_lag
+from llmdoctor.probes.attribution import RequestSplit
 from llmdoctor.probes.catalog import ATTRIBUTION
 from llmdoctor.stats import percentile
 
 MIN_IN_FRONT_MS = 50.0
 #: ... and at least this share of what the client waited for (the server's own clock says it is fast).
 IN_FRONT_SHARE = 0.2
+
+
+def _split_by_lag(splits: list[RequestSplit]) -> tuple[list[RequestSplit], list[RequestSplit]]:
+    """(explained, unexplained): the requests whose time in front the client's own worst scheduling lag
+    while they ran explains, and the others.
+
+    A client that wakes late stamps the first token (or the headers) late by as long as it slept: that
+    time lands "in front of the server", whatever the server's clock says.
+    """
+    explained: list[RequestSplit] = []
+    unexplained: list[RequestSplit] = []
+    for s in splits:
+        (explained if explained_by_lag(s.in_front_ms or 0.0, s.client_lag_ms) else unexplained).append(s)
+    return explained, unexplained
+
+
+def _by_how_much(splits: list[RequestSplit]) -> str:
+    """The time in front against the lag that explains it, for the request with the most (in words)."""
+    worst = max(splits, key=lambda s: s.in_front_ms or 0.0)
+    return (f"the largest: {worst.in_front_ms or 0.0:,.0f} ms in front against a worst lag of "
+            f"{worst.client_lag_ms or 0.0:,.1f} ms while it ran, within the {LAG_FACTOR:g}× of it that the lag "
+            "explains")
 
 
 class InFrontOfServer(Check):
@@ -50,7 +74,11 @@ class InFrontOfServer(Check):
     measures it), the server's own HTTP handling before its clock starts and, for llama.cpp (whose
     timings have no queue), any wait for a free slot. Metrics means shared with other clients'
     traffic are not subtracted (the check is skipped, saying so): on a busy server they mix others'
-    queue waits into "the server's time" and ours into "in front".
+    queue waits into "the server's time" and ours into "in front". A client starved of CPU reads
+    the answer late, and that lateness lands in front of the server too: a request whose time in
+    front is within twice llmdoctor's own worst scheduling lag while it ran is no evidence of a hop
+    and is left out; when that leaves half the requests or fewer, or a median under 50 ms, the check
+    is skipped, saying by how much.
     """
 
     id = "LD411"
@@ -76,6 +104,22 @@ class InFrontOfServer(Check):
             # (on real vLLM with two background streams, the queue behind them read as 1.6 s "in front").
             raise CheckSkipped("the server's clocks are means over other clients' requests too (shared traffic): "
                                "subtracted from our requests' times they measure no hop in front of the server")
+        # A client that woke late puts its own lateness in front of the server: time its lag explains is no hop.
+        splits = [s for s in att.splits if s.in_front_ms is not None]
+        explained, unexplained = _split_by_lag(splits)
+        if explained:
+            rest = [s.in_front_ms or 0.0 for s in unexplained]
+            if 2 * len(unexplained) <= len(splits) or statistics.median(rest) < MIN_IN_FRONT_MS:
+                raise CheckSkipped(
+                    f"{p50:,.0f} ms per request (median) passed in front of the model server by its own clock, but "
+                    f"llmdoctor's own scheduling lag while they ran explains {len(explained)} of {len(splits)} "
+                    f"requests ({_by_how_much(explained)}): a client starved of CPU stamps the answer late. "
+                    "Rerun from a quieter host")
+            in_front = rest
+            p50 = statistics.median(in_front)
+            share = p50 / (p50 + server_p50) if p50 + server_p50 > 0 else 0.0
+            if share < IN_FRONT_SHARE:
+                return
         metrics_only = all("mean of" in s or "averaged over" in s for s in t.sources) if t.sources else False
         if len(in_front) >= 3 and not metrics_only:
             confidence = Confidence.HIGH
@@ -89,6 +133,9 @@ class InFrontOfServer(Check):
             Evidence("requests joined", len(in_front), "", "baseline"),
             Evidence("split anchored at", f"the server's {t.anchor}", "", "; ".join(t.sources)),
         ]
+        if explained:
+            evidence.append(Evidence("requests the client's own lag explains (left out)",
+                                     f"{len(explained)} / {len(splits)}", "", "lag sampler"))
         for name, value in att.proxy_headers.items():
             evidence.append(Evidence(f"response header {name}", value, "", "typical answer"))
         evidence += [Evidence("note", n) for n in t.notes]

@@ -37,6 +37,8 @@ class RequestSplit:
     queue_ms: float | None = None
     prefill_ms: float | None = None
     ttft_ms: float | None = None
+    #: The client's worst scheduling lag while the request ran (ms; None: not measured).
+    client_lag_ms: float | None = None
 
 
 @dataclass
@@ -171,7 +173,7 @@ def attribute(baseline: RequestTiming | None, samples: list[RequestTiming], swee
             continue
         j, shape = joined(t, True)
         splits.append(RequestSplit(t.started_at, j.total_ms, j.in_front_ms, j.server_ms, j.held_ms, j.anchor,
-                                   j.queue_ms, j.prefill_ms, t.ttft_ms))
+                                   j.queue_ms, j.prefill_ms, t.ttft_ms, t.client_lag_ms))
         if shape is not None:
             shapes.append(shape)
     for t in sweep:
