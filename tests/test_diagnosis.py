@@ -256,3 +256,39 @@ def test_schema_version_bumped_for_the_diagnosis() -> None:
     assert "diagnosis" in schema["properties"]
     major, minor = (int(x) for x in SCHEMA_VERSION.split("."))
     assert (major, minor) >= (1, 2)
+
+
+def test_a_queue_behind_other_clients_explains_the_fixed_cost_it_inflates() -> None:
+    """The CI run on a busy 2-core machine (simulator's queueing profile, one background client): LD702 saw a
+    fixed 376 ms, the typical wait was 183 ms (median warm "Say ok." over the fastest), under half of it, so
+    the fixed cost ranked above the confirmed queue. The sweep's requests waited too: their fixed part over
+    the fastest first token (the fixed cost without a wait) is their wait, and the queue explains the cost."""
+    from llmdoctor.causes import Frequency, Symptom
+    from llmdoctor.diagnosis.facts import Facts
+    from llmdoctor.findings import Confidence, Finding, Fix, Severity
+    from llmdoctor.folding import fold
+    from llmdoctor.probes.catalog import FOLLOWUP_CONCURRENCY
+    from llmdoctor.probes.client_limits import ConcurrencyResult
+
+    floor = [186.0, 362.0, 369.2, 378.0, 365.0, 370.0]  # the fastest found the slot free; the others waited a turn
+    facts = Facts(warm_ttft_ms=335.0, warm_total_ms=369.2, ttft_p90_ms=345.0, decode_ms=4.0, first_ttft_ms=157.0,
+                  first_setup_ms=0.0, models_ms=1.0, fresh=1, reused=5, floor_samples_ms=floor,
+                  first_token_floor_ms=157.0, sweep_fixed_ms=376.2)
+    r = ConcurrencyResult(n=2, requested=2, single_ms=[370.0, 353.0], parallel_ms=[365.0, 540.0],
+                          single_service_ms=[370.0, 353.0], parallel_service_ms=[365.0, 540.0],
+                          parallel_setup_ms=[0.0, 0.0], parallel_wall_ms=541.0, lag_ms=1.0)
+    test = next(t for t in FOLLOWUPS if t.probe is FOLLOWUP_CONCURRENCY)
+    seen, impacts = test.read(r, facts)  # type: ignore[attr-defined]
+    assert ("queueing", DECISIVE) in {(hyp, lr) for hyp, lr, _ in seen}
+    wait, basis = impacts["queueing"]
+    assert wait == pytest.approx(376.2 - (157.0 - 4.0)) and "sweep" in basis  # a 0-token answer: less one token
+    # Without the sweep the typical wait (183 ms) is what the run knows, as before.
+    no_sweep = Facts(**{**facts.__dict__, "sweep_fixed_ms": None})
+    assert test.read(r, no_sweep)[1]["queueing"][0] == pytest.approx(369.2 - 186.0)  # type: ignore[attr-defined]
+
+    def finding(check_id: str, impact: float, **kw: object) -> Finding:
+        return Finding(Severity.WARNING, Confidence.MEDIUM, f"title {check_id}", "message", Fix("fix"),
+                       impact_ms=impact, frequency=Frequency.EVERY_REQUEST, check_id=check_id, **kw)  # type: ignore[arg-type]
+
+    listed = fold([finding("LD702", 376.2, symptom=Symptom.FIXED_COST), finding("LD720", wait, cause="queueing")])
+    assert [(f.check_id, [s.check_id for s in f.supporting]) for f in listed] == [("LD720", ["LD702"])]

@@ -112,8 +112,9 @@ def test_no_check_or_rule_of_a_shared_cause_keeps_a_number_of_its_own() -> None:
     """The evidence rules and the checks that share a cause with them define no numeric constant: they read
     `llmdoctor.limits` (a module constant that is a plain number would be a second home)."""
     root = Path(__file__).resolve().parent.parent
-    files = ["llmdoctor/diagnosis/evidence.py", "checks/ld203_queue_building.py", "checks/ld301_cold_start.py",
-             "checks/ld407_no_connection_reuse.py", "checks/ld503_concurrency_queueing.py",
+    files = ["llmdoctor/diagnosis/evidence.py", "llmdoctor/diagnosis/queue_evidence.py",
+             "checks/ld203_queue_building.py", "checks/ld301_cold_start.py", "checks/ld407_no_connection_reuse.py",
+             "checks/ld503_concurrency_queueing.py",
              "checks/ld703_decode_speed.py"]
     for name in files:
         tree = ast.parse((root / name).read_text(encoding="utf-8"))

@@ -1,8 +1,8 @@
 """What each measurement says about each hypothesis: the rules, with their thresholds.
 
-`first_pass` reads the cheap measurements every run has (the first request, the "Say ok."
-baseline, GET /v1/models, a metrics scrape); `FOLLOWUPS` lists the follow-up tests with their
-cost, the hypotheses they separate and how their outcome is read. Each rule yields
+`first_pass` reads the cheap measurements every run has (`llmdoctor.diagnosis.facts`); `FOLLOWUPS`
+lists the follow-up tests with their cost, the hypotheses they separate and how their outcome is read
+(the concurrency step's reading lives in `llmdoctor.diagnosis.queue_evidence`). Each rule yields
 ``(hypothesis, likelihood ratio, text)``; ratios come from `llmdoctor.diagnosis.scoring`.
 A test's request cost is its probe's declared plan (`Probe.max_requests`), so the budget
 the planner keeps is an upper bound of what the follow-ups send.
@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from llmdoctor.causes import EXPLAINS_SHARE, Cause
+from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.confounders import (
     BUSY_CPU,
     NOISE_MULTIPLE,
     Confounders,
-    confounders_from,
     first_pass_confounders,
     noise_ms,
 )
+from llmdoctor.diagnosis.facts import Facts, Impacts, Seen, facts_from, symptom
+from llmdoctor.diagnosis.queue_evidence import read_concurrency
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.limits import (
     COLD_START_LIMITS,
@@ -37,19 +38,14 @@ from llmdoctor.limits import (
     SLOW_NETWORK_LIMITS,
 )
 from llmdoctor.measures import cold_start_penalty_ms
-from llmdoctor.noise import LAG_FACTOR, explained_by_lag
+from llmdoctor.noise import explained_by_lag
 from llmdoctor.probes.catalog import (
-    BASELINE,
     CONCURRENCY,
-    DISCOVERY,
-    FIRST_REQUEST,
     FOLLOWUP_CONCURRENCY,
     FOLLOWUP_IDLE,
-    HOST,
     IDLE,
     LONE_REQUEST,
     PREFILL,
-    PROMPT_TOKENS,
     REPEAT_PROMPT,
     SERVER_METRICS,
     SWEEP,
@@ -57,29 +53,19 @@ from llmdoctor.probes.catalog import (
 )
 from llmdoctor.probes.contract import AnyProbe, Probe
 from llmdoctor.probes.sizes import DEFAULT_IDLE_S
-from llmdoctor.queue_wait import answered_before, queued_before
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
     from llmdoctor.options import Options
     from llmdoctor.probes.baseline import SweepResult
-    from llmdoctor.probes.client_limits import ConcurrencyResult
     from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
     from llmdoctor.probes.idle import IdleResult
-    from llmdoctor.probes.metrics import ServerMetricsResult
     from llmdoctor.probes.prefill import PrefillResult
-    from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.transport import TransportResult
-    from llmdoctor.stats import Split
 
 __all__ = ["Facts", "Seen", "FollowUp", "FollowUpTest", "FOLLOWUPS", "first_pass", "facts_from", "symptom"]
 
 T = TypeVar("T")
-
-#: (hypothesis, likelihood ratio, what was seen)
-Seen = tuple[Cause, float, str]
-#: hypothesis -> (impact ms, basis)
-Impacts = dict[Cause, tuple[float, str]]
 
 # Each cause's thresholds live with the cause (`llmdoctor.causes`), shared with the checks of that cause.
 COLD = COLD_START_LIMITS
@@ -92,120 +78,6 @@ NET = SLOW_NETWORK_LIMITS
 KEEPALIVE = NO_KEEPALIVE_LIMITS
 GATEWAY = GATEWAY_OVERHEAD_LIMITS
 
-
-@dataclass
-class Facts:
-    """The first pass in numbers (all from recorded measurements, so replay gives the same)."""
-
-    warm_ttft_ms: float
-    warm_total_ms: float
-    ttft_p90_ms: float
-    decode_ms: float | None
-    first_ttft_ms: float | None
-    first_setup_ms: float
-    models_ms: float | None
-    fresh: int
-    reused: int
-    setup_ms: list[float] = field(default_factory=list)
-    waiting: float | None = None
-    typical_output_tokens: int = 64
-    #: What else could look like a queue or a floor (two populations, a busy host, KV pressure), and the noise.
-    confounders: Confounders = field(default_factory=Confounders)
-    #: The worst scheduling lag of llmdoctor during the first request (ms).
-    first_lag_ms: float | None = None
-    #: Why the first request may have waited in the server's queue (None: no queue evidence).
-    first_queue: str | None = None
-    #: The median prompt tokens of the application's own requests (``--request``; None: none given): a
-    #: measured prefill rate is priced on the user's prompt, not on the probe's long one (issue 25).
-    prompt_tokens: int | None = None
-    #: Totals of every successful "Say ok." request of the baseline, warm-up included (ms): its fastest is the
-    #: service without a wait (a cold or queued request is slower, never faster).
-    floor_samples_ms: list[float] = field(default_factory=list)
-
-
-def _decode_per_token(timings: list[RequestTiming]) -> float | None:
-    rates = [(t.token_times_ms[-1] - t.token_times_ms[0]) / (len(t.token_times_ms) - 1)
-             for t in timings if t.ok and len(t.token_times_ms) >= 2]
-    return statistics.median(rates) if rates else None
-
-
-def facts_from(ctx: Context) -> Facts:
-    """Numbers of the first pass; ``ctx.get(BASELINE)`` must have succeeded."""
-    base = ctx.get(BASELINE)
-    first = ctx.optional(FIRST_REQUEST)
-    info = ctx.optional(DISCOVERY)
-    metrics = ctx.optional(SERVER_METRICS)
-    host = ctx.optional(HOST)
-    ok = base.ok_samples
-    later = [t for t in base.warmup[1:] + base.samples if t.ok]
-    models = info.models_timing if info is not None else None
-    confounders = confounders_from(base, host, metrics)
-    first_ttft = (first.ttft_ms or first.total_ms) if first is not None and first.ok else None
-    warm = base.ttft_p50_ms or base.total_p50_ms or 0.0
-    return Facts(
-        warm_ttft_ms=base.ttft_p50_ms or base.total_p50_ms or 0.0,
-        warm_total_ms=base.total_p50_ms or 0.0,
-        ttft_p90_ms=base.ttft_p90_ms or base.total_p90_ms or 0.0,
-        decode_ms=_decode_per_token(ok),
-        first_ttft_ms=first_ttft,
-        first_setup_ms=first.setup_ms if first is not None else 0.0,
-        models_ms=models.total_ms if models is not None and models.ok else None,
-        fresh=sum(1 for t in later if not t.reused_connection),
-        reused=sum(1 for t in later if t.reused_connection),
-        setup_ms=[t.setup_ms for t in later if not t.reused_connection],
-        waiting=metrics.worst("requests_waiting") if metrics is not None else None,
-        typical_output_tokens=ctx.options.workload.typical_output_tokens,
-        confounders=confounders,
-        first_lag_ms=first.client_lag_ms if first is not None else None,
-        first_queue=_first_queue(first_ttft, first.setup_ms if first is not None else 0.0, warm, confounders,
-                                 metrics),
-        prompt_tokens=_request_prompt_tokens(ctx),
-        floor_samples_ms=[t.total_ms for t in (*base.warmup, *base.samples) if t.ok and t.total_ms is not None],
-    )
-
-
-def _request_prompt_tokens(ctx: Context) -> int | None:
-    """The median prompt tokens of the ``--request`` bodies (None without them)."""
-    counted = ctx.optional(PROMPT_TOKENS)
-    if counted is None or not counted.counts:
-        return None
-    return round(statistics.median(c.tokens for c in counted.counts))
-
-
-def _first_queue(first_ttft: float | None, setup_ms: float, warm: float, c: Confounders,
-                 metrics: ServerMetricsResult | None) -> str | None:
-    """Why the first request's extra time may be a wait in the server's queue, or None.
-
-    The first request runs before the first scrape: the scrape's cumulative queue-time histogram shows
-    a queue on a server that had already answered other clients (`queued_before`); or our warm requests
-    that waited their turn, by the server's queue clock, waited about as long (`Confounders.queue_wait_ms`).
-    Either way, with no sign of a cold start on the server's side: a server that had answered others was
-    loaded, whatever its log says of its start-up.
-    """
-    if first_ttft is None or metrics is None:
-        return None
-    penalty = cold_start_penalty_ms(first_ttft, setup_ms, warm)
-    others = answered_before(metrics.before)
-    if penalty <= 0 or others < 1:
-        return None  # nothing to explain, or the server may have met its first request ever: a cold start stays
-    if c.queue_wait_ms is not None and c.queue_wait_ms >= EXPLAINS_SHARE * penalty:
-        return (f"the server had answered {others:.0f} other requests before (it was loaded), and our warm requests "
-                f"that waited their turn took ~{c.queue_wait_ms:,.0f} ms more ({c.queue_seen}): a wait in the "
-                "queue, not a cold start")
-    before = queued_before(metrics.before, penalty)
-    return f"{before}: a wait in the queue, not a cold start" if before else None
-
-
-def symptom(f: Facts) -> str:
-    """The first pass in one line: what the doctor is asked to explain."""
-    share = f.warm_ttft_ms / f.warm_total_ms if f.warm_total_ms else 0.0
-    text = (f'"Say ok." takes {f.warm_total_ms:,.0f} ms warm, {f.warm_ttft_ms:,.0f} ms ({share:.0%}) before '
-            f"the first token (p90 {f.ttft_p90_ms:,.0f} ms)")
-    if f.first_ttft_ms is not None:
-        text += f"; the first request's first token took {f.first_ttft_ms:,.0f} ms"
-    if f.decode_ms is not None:
-        text += f"; {f.decode_ms:.1f} ms per output token"
-    return text
 
 
 def _busy_host(c: Confounders) -> bool:
@@ -343,123 +215,6 @@ def _prefill(r: PrefillResult, f: Facts) -> tuple[list[Seen], Impacts]:
     return out, {Cause.LONG_PREFILL: (r.per_token_ms * PREFILL_AT.quoted_tokens,
                                       f"measured ms per prompt token × a {PREFILL_AT.quoted_tokens:,}-token prompt")}
 
-
-def _concurrency(r: ConcurrencyResult, f: Facts) -> tuple[list[Seen], Impacts]:
-    """Parallel against alone, interleaved and from the first byte after connect; the server's queue decides.
-
-    A connection opened by a parallel request is not queueing (its set-up is left out); a difference
-    the run's noise explains (jitter of identical requests, the spread of the alone repeats, the
-    client's lag, doubled on a busy client) is not either; and where the backend reports its own queue
-    time of the parallel requests, that decides over the client's inference.
-    """
-    single = r.single_p50_ms
-    parallels = r.parallels
-    if not single or not parallels:
-        return [], {}
-    c = f.confounders
-    if c.split is not None and not _one_after_the_other_though_split(r, f, c.split):
-        return [], {}  # two populations: parallel requests on different replicas say nothing of a queue
-    if r.server_queue_ms is not None:
-        q = r.server_queue_ms
-        seen = (f"the server's own queue time of the {r.n} parallel requests: {q:,.1f} ms "
-                f"(its histogram, {r.server_queue_requests or 0:.0f} requests)")
-        if QUEUE.queued(q, single):
-            return ([(Cause.QUEUEING, DECISIVE, seen), (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: waiting, not work")],
-                    {Cause.QUEUEING: (q, "server's mean queue time of requests sent together")})
-        if q <= QUEUE.not_queued_ms:
-            out: list[Seen] = [(Cause.QUEUEING, 1 / DECISIVE, f"{seen}: not queued, whatever the client saw")]
-            if single >= FLOOR.floor_ms:
-                out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
-            return out, {}
-        return [], {}
-    worst = max(parallels)
-    # Started together: one after the other, they finish a service time apart; in parallel, together.
-    spread = worst - min(parallels) if len(parallels) >= 2 else 0.0
-    excess = max(worst - single, spread)
-    repeats = max(r.singles) - min(r.singles) if len(r.singles) >= 2 else 0.0
-    noise = noise_ms(c, [r.lag_ms], repeats)
-    paired = _paired_noise_ms(r, c)
-    in_turn = _in_turn(r, f)
-    seen = (f"alone {single:,.0f} ms; {r.n} at once, the slowest {worst:,.0f} ms ({worst / single:.2f}×), "
-            f"{spread:,.0f} ms between first and last (connection set-up excluded; noise ±{noise:,.0f} ms, "
-            f"±{paired:,.0f} ms between requests sent together)")
-    slower = worst >= QUEUE.slowdown * single and worst - single >= QUEUE.min_wait_ms
-    if slower or (spread >= QUEUE.serial_spread * single and spread >= QUEUE.min_wait_ms):
-        if excess >= NOISE_MULTIPLE * noise or in_turn:
-            return ([(Cause.QUEUEING, DECISIVE, f"{seen}: served one after the other"),
-                     (Cause.SERVER_FLOOR, 1 / WEAK, f"{seen}: latency depends on load, not a fixed cost")],
-                    {Cause.QUEUEING: _queue_impact(r, f, excess)})
-        if excess >= 1.5 * noise:
-            return [(Cause.QUEUEING, WEAK, f"{seen}: slower together, but within a few times the noise")], {}
-        return [], {}
-    if worst <= QUEUE.no_slowdown * single and spread <= QUEUE.parallel_spread * single:
-        out = [(Cause.QUEUEING, 1 / STRONG, f"{seen}: served in parallel")]
-        if single >= FLOOR.floor_ms:
-            out.append((Cause.SERVER_FLOOR, WEAK, f"{seen}: the floor does not depend on load"))
-        return out, {}
-    return [], {}
-
-
-def _paired_noise_ms(r: ConcurrencyResult, c: Confounders) -> float:
-    """How far apart the run's noise can set two requests sent at the same instant.
-
-    What varies over time (other clients' load, a queue's waits behind them, the server's state) reaches
-    both alike, so neither the baseline's jitter nor the spread of the step's alone requests (sent before
-    and after the pair) is noise here: a queue behind other clients makes both by itself, and counting
-    them would hide the queue they measure. Two replicas set simultaneous requests apart too, but they
-    show as two populations among the warm requests, which silence the step before it is read. What is
-    left is the client's own lag while they ran: `LAG_FACTOR` × its worst bounds what it explains
-    (`llmdoctor.noise.explained_by_lag`).
-    """
-    lag = max((v for v in (r.lag_ms, c.lag_ms) if v is not None), default=0.0)
-    return LAG_FACTOR * lag
-
-
-def _in_turn(r: ConcurrencyResult, f: Facts) -> bool:
-    """Whether the last of the requests sent together finished a whole service after the first.
-
-    Served one after the other, the last waits the service of the others: at least about the fastest
-    identical request (noise and waits only add latency), and more than the client's lag explains.
-    """
-    parallels = r.parallels
-    if len(parallels) < 2:
-        return False
-    fastest = _fastest_ms(r, f)
-    return max(parallels) - min(parallels) >= max(_paired_noise_ms(r, f.confounders), EXPLAINS_SHARE * fastest)
-
-
-def _fastest_ms(r: ConcurrencyResult, f: Facts) -> float:
-    """The fastest identical "Say ok." request of the run (baseline, alone and together): the service without
-    a wait, since waits and noise only add latency (the median warm request when there is none)."""
-    return min([*f.floor_samples_ms, *r.singles, *r.parallels], default=f.warm_total_ms)
-
-
-def _one_after_the_other_though_split(r: ConcurrencyResult, f: Facts, split: Split) -> bool:
-    """Two populations among the warm requests, yet the pair was served in turn: a queue made the slow ones.
-
-    Over two replicas, requests sent together run side by side, each at its replica's speed: the first
-    to finish is a fast one, or both are slow and finish together. When even the first of the pair is of
-    the slow population and the last finished a whole service after it, they waited for each other: the
-    slow warm requests are requests that waited their turn (found on the simulator's one-slot queueing
-    profile behind another client on a busy host: warm requests of 186, 188 and 339-380 ms, the pair 365
-    then 549 ms).
-    """
-    return _in_turn(r, f) and min(r.parallels) >= min(split.slow)
-
-
-def _queue_impact(r: ConcurrencyResult, f: Facts, excess: float) -> tuple[float, str]:
-    """What a request of ours waits in the queue: the larger of the step's extra wait and the typical wait.
-
-    The typical wait is the median warm "Say ok." request over the fastest identical one (waits and noise
-    only add latency, so the fastest is the service without a wait): behind other clients' requests every
-    request of ours waits, alone too, which the step's difference between alone and together leaves out.
-    """
-    fastest = _fastest_ms(r, f)
-    typical = f.warm_total_ms - fastest
-    if typical > excess:
-        return typical, (f'median warm "Say ok." request ({f.warm_total_ms:,.0f} ms) over the fastest identical one '
-                         f"({fastest:,.0f} ms): its wait in the queue")
-    return excess, "extra wait of a request queued behind one other"
 
 
 def _idle(r: IdleResult, f: Facts) -> tuple[list[Seen], Impacts]:
@@ -673,7 +428,7 @@ _TESTS = (
              reuses=_baseline_bracket_serves),
     FollowUp(FOLLOWUP_CONCURRENCY, "concurrency step: 1 vs 2 at once (queueing vs compute)",
              {Cause.QUEUEING: (0.95, 0.05), Cause.SERVER_FLOOR: (0.7, 0.3)},
-             lambda f, o: 4 * f.warm_total_ms / 1000, _concurrency, also=(CONCURRENCY,)),
+             lambda f, o: 4 * f.warm_total_ms / 1000, read_concurrency, also=(CONCURRENCY,)),
     FollowUp(REPEAT_PROMPT, "repeated identical long prompt (prefix-cache effect)",
              {Cause.PREFIX_CACHE_MISS: (0.8, 0.2), Cause.LONG_PREFILL: (0.7, 0.3)},
              lambda f, o: 2 * f.warm_ttft_ms / 1000 + 0.5, _repeat),
