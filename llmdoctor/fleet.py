@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
-from llmdoctor.target import TargetError, TargetSpec, display_url, normalize_base_url
+from llmdoctor.target import Target, TargetError, TargetSpec, display_url, normalize_base_url
 
 __all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "entry_spec",
            "load_endpoints", "run_fleet", "worst_exit_code"]
@@ -149,10 +149,9 @@ def worst_exit_code(codes: Sequence[int]) -> int:
 
 
 def run_fleet(
-    entries: Sequence[FleetEntry],
+    fleet: Sequence[tuple[FleetEntry, Target]],
     options: Options,
     *,
-    defaults: TargetSpec,
     rate: float = 5.0,
     workers: int = 8,
     selected: Sequence[str] = (),
@@ -163,8 +162,8 @@ def run_fleet(
 ) -> list[tuple[FleetEntry, Report | None, str]]:
     """Diagnose every entry concurrently; returns (entry, report or None, error) in file order.
 
-    Each entry's target is `entry_spec` of `defaults` (the command line's model, key variable and
-    headers).
+    `fleet`: each entry with its target, built once (`entry_spec`, then the `Target` factory) by
+    the caller's preflight, which checked them all before anything is sent.
 
     Ctrl-C while it runs returns what there is (see the module docstring) instead of raising.
     """
@@ -172,6 +171,7 @@ def run_fleet(
 
     stop = threading.Event()
     limiter = RateLimiter(rate, sleep=lambda seconds: None if stop.wait(seconds) else None)
+    entries = [entry for entry, _ in fleet]
     results: list[tuple[FleetEntry, Report | None, str] | None] = [None] * len(entries)
     started: set[int] = set()
     lock = threading.Lock()
@@ -183,9 +183,8 @@ def run_fleet(
         if stop.is_set():  # Ctrl-C: this endpoint's diagnosis ends with its partial report
             raise KeyboardInterrupt
 
-    def one(entry: FleetEntry) -> tuple[FleetEntry, Report | None, str]:
+    def one(entry: FleetEntry, target: Target) -> tuple[FleetEntry, Report | None, str]:
         try:
-            target = entry_spec(entry, defaults).build()
             report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
                                  before_send=before_send, deadline_at=deadline_at)
             result: tuple[FleetEntry, Report | None, str] = (entry, report, "")
@@ -202,7 +201,7 @@ def run_fleet(
                 if i is None:
                     return
                 started.add(i)
-            results[i] = one(entries[i])
+            results[i] = one(*fleet[i])
 
     threads = [threading.Thread(target=work, name=f"llmdoctor-fleet-{n}", daemon=True)
                for n in range(max(1, min(workers, len(entries))))]

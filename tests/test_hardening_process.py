@@ -425,7 +425,7 @@ def test_every_wait_is_bounded_when_stdin_is_closed() -> None:
 
 def test_threads_do_not_outlive_an_interrupted_fleet_run() -> None:
     """The fleet's workers are daemons: the process never waits for a request still in flight."""
-    from llmdoctor.fleet import FleetEntry, run_fleet
+    from llmdoctor.fleet import FleetEntry, entry_spec, run_fleet
     from llmdoctor.options import Options
     from llmdoctor.target import TargetSpec
 
@@ -433,8 +433,9 @@ def test_threads_do_not_outlive_an_interrupted_fleet_run() -> None:
         timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         started = time.monotonic()
-        results = run_fleet([FleetEntry("stuck", stuck.url, "m")], Options.of(timeout_s=60, samples=1),
-                            defaults=TargetSpec(api_key_env="NO_SUCH_KEY"), selected=["LD001", "LD701"])
+        entry = FleetEntry("stuck", stuck.url, "m")
+        target = entry_spec(entry, TargetSpec(api_key_env="NO_SUCH_KEY")).build()
+        results = run_fleet([(entry, target)], Options.of(timeout_s=60, samples=1), selected=["LD001", "LD701"])
         took = time.monotonic() - started
     ((_, report, error),) = results
     assert took < 1.0 + 2.0 + 1.0, took  # Ctrl-C, then at most the grace period

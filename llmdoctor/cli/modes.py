@@ -129,8 +129,8 @@ def _fleet(spec: TargetSpec, options: Options, mode: ModeArgs, selection: Select
         raise UsageProblem("--endpoints prints text (a summary table), --json (NDJSON) or --format prometheus, "
                            "not " + fmt)
     assert mode.endpoints_file is not None
-    entries = [entry for entry, _ in _fleet_entries(spec, mode.endpoints_file, options)]
-    results = run_fleet(entries, options, defaults=spec, rate=mode.rate, selected=selection.selected,
+    fleet = _fleet_entries(spec, mode.endpoints_file, options)  # built and checked once, then diagnosed
+    results = run_fleet(fleet, options, rate=mode.rate, selected=selection.selected,
                         ignored=selection.ignored, fail_on=selection.fail_on, deadline_at=deadline_at)
     codes = [r.exit_code if r is not None else 3 for _, r, _ in results]
     metrics = [EndpointResult(entry.name, display_url(entry.url), report) for entry, report, _ in results]
