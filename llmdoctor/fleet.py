@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from llmdoctor.options import Options
 from llmdoctor.report import ExitCode, Report
@@ -185,7 +185,9 @@ def run_fleet(
 
     def one(entry: FleetEntry, target: Target) -> tuple[FleetEntry, Report | None, str]:
         try:
-            report, _ = diagnose(target, replace(options), selected=selected, ignored=ignored, fail_on=fail_on,
+            # every endpoint's LD501 judges the open-file limit against the sockets of all those at once
+            at_once = options.with_fields(fleet_size=min(workers, len(entries)))
+            report, _ = diagnose(target, at_once, selected=selected, ignored=ignored, fail_on=fail_on,
                                  before_send=before_send, deadline_at=deadline_at)
             result: tuple[FleetEntry, Report | None, str] = (entry, report, "")
         except Exception as exc:  # noqa: BLE001 - one endpoint must not stop the fleet

@@ -62,12 +62,14 @@ class Workload:
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    """The network and the client: DNS server to time, TLS verification, the concurrency probe."""
+    """The network and the client: DNS server to time, TLS verification, the concurrency probe, and how
+    many endpoints this process diagnoses at once (``fleet_size``: a fleet run, 0 or 1: one endpoint)."""
 
     dns_server: str | None = None
     insecure: bool = False
     ca_bundle: str | None = None
     concurrency: int = 0
+    fleet_size: int = 0
 
 
 @dataclass(frozen=True)

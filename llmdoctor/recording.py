@@ -64,7 +64,7 @@ RENAMED: dict[int, dict[str, str]] = {
 #: The option fields of each snapshot version (``group.name`` where grouped).
 OPTIONS_FIELDS: dict[int, frozenset[str]] = {
     1: frozenset(_V1_FIELDS),
-    2: frozenset(RENAMED[2].values()),
+    2: frozenset(RENAMED[2].values()) | {"network.fleet_size"},
 }
 
 

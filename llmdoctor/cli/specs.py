@@ -26,15 +26,16 @@ Decorator = Callable[[F], F]
 def option_group(name: str, spec: type[Any], *options: Callable[[Any], Any]) -> Callable[[F], F]:
     """A decorator adding `options` to a command and passing their values as one `spec` named `name`.
 
-    Every field of `spec` must be a parameter the command receives by then: one of `options`, or a
-    group decorated above this one.
+    Every field of `spec` is a parameter the command receives by then (one of `options`, or a group
+    decorated above this one), or keeps its default: one the program sets, never the command line.
     """
     names = tuple(f.name for f in dataclasses.fields(spec))
 
     def decorate(f: F) -> F:
         @functools.wraps(f)
         def collect(*args: Any, **kwargs: Any) -> Any:
-            kwargs[name] = spec(**{n: kwargs.pop(n) for n in names})
+            # a field that no option sets (NetworkOptions.fleet_size: the fleet sets it) keeps its default
+            kwargs[name] = spec(**{n: kwargs.pop(n) for n in names if n in kwargs})
             return f(*args, **kwargs)
 
         wrapped: Any = collect
