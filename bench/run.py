@@ -35,7 +35,8 @@ Sections (targets from the issue "Benchmarks: measurement fidelity, overhead, st
    zero-latency runs above), counted at the server; the worst of them (target <= 20).
 6. log scanner throughput vs ``grep -cE`` (from ``bench/logscan.py``; target >= 1/3).
 7. the fast test tier: wall time of ``python -m pytest -m "not slow"`` in this checkout, with the load
-   average (full run only, or ``--fast-tier-only``; target <= 5 minutes on 2 cores).
+   average and the date (``bench/fast_tier.py``, which also times the whole suite; full run only, or
+   ``--fast-tier-only``; target <= 5 minutes on 2 cores).
 
 The simulator runs in a separate process, not on a thread of this one: llmdoctor's client and
 the server would otherwise share one GIL, and a server thread waking to send a token would wait
@@ -64,10 +65,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.simprocess import PYCACHE, SimProcess, child_env  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "run.json"
 LOGSCAN_RESULTS = ROOT / "bench" / "results" / "logscan.json"
 STARTUP_RESULTS = ROOT / "bench" / "results" / "startup.json"
-FAST_TIER_RESULTS = ROOT / "bench" / "results" / "fast_tier.json"
+FAST_TIER_RESULTS = ROOT / "bench" / "results" / "fast_tier.json"  # bench/fast_tier.py's default too
 
 TARGETS = {
     "fidelity_median_abs_error_ms": 1.0,
@@ -79,108 +82,8 @@ TARGETS = {
     "logscan_rss_mb": 100.0,
     "requests": 20,
     "logscan_ratio": 1 / 3,
-    "fast_tier_s": 300.0,
+    "fast_tier_s": 300.0,  # bench/fast_tier.py's TARGET_S
 }
-
-# The simulator as a child process: prints its base URL, answers "count" with the server's
-# request counters as JSON, stops at end of input.
-SIM_SCRIPT = r"""
-import json, sys, threading, time
-from llmdoctor.sim import SimServer, get_profile
-from llmdoctor.sim.httpd import Handler
-
-spans, lock = [], threading.Lock()
-
-def _timed(method):
-    def run(self):
-        started = time.monotonic()
-        try:
-            return method(self)
-        finally:
-            with lock:
-                spans.append((started, time.monotonic()))
-    return run
-
-for name in ("do_GET", "do_POST", "do_HEAD"):
-    setattr(Handler, name, _timed(getattr(Handler, name)))
-
-def busy_s():
-    # The union of the requests' spans: time the server was answering llmdoctor.
-    total, end = 0.0, None
-    with lock:
-        ordered = sorted(spans)
-    for a, b in ordered:
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
-
-knobs = json.loads(sys.argv[2])
-with SimServer(get_profile(sys.argv[1], **knobs)) as sim:
-    print(sim.base_url, flush=True)
-    for line in sys.stdin:
-        print(json.dumps({"requests_received": sim.requests_received, "by_path": sim.requests_by_path,
-                          "connections": sim.connections_accepted, "busy_s": busy_s()}), flush=True)
-"""
-
-
-class SimProcess:
-    """The simulator in its own process (a context manager); `.count()` asks its counters."""
-
-    def __init__(self, profile: str, **knobs: Any) -> None:
-        env = child_env()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", SIM_SCRIPT, profile, json.dumps(knobs)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-        )
-        assert self.proc.stdout is not None
-        self.base_url = self.proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            raise RuntimeError("the simulator did not start")
-
-    def count(self) -> dict[str, Any]:
-        """The server's counters now."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("count\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-    def __enter__(self) -> SimProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def child_env(bytecode: bool = True) -> dict[str, str]:
-    """Environment of the measured child processes.
-
-    An installed package has its bytecode compiled at install time; a checkout run with
-    ``PYTHONDONTWRITEBYTECODE`` (as this project's shells are) recompiles every module on every
-    start, ~100 ms. With `bytecode`, children cache it under a private ``PYTHONPYCACHEPREFIX``
-    (nothing is written into the source tree), as an installed copy would have it.
-    """
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if bytecode:
-        env["PYTHONPYCACHEPREFIX"] = _PYCACHE
-    else:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-_PYCACHE = tempfile.mkdtemp(prefix="llmdoctor-bench-pycache-")
-
 
 def _median(values: Sequence[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
@@ -452,31 +355,17 @@ def bench_startup(repeats: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # 7. the fast test tier
 
-FAST_TIER = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider",
-             "--continue-on-collection-errors"]  # a module that fails to import fails the tier, not the timing
-
-
 def bench_fast_tier() -> dict[str, Any]:
-    """Wall time of ``python -m pytest -m "not slow"`` (every unit, fixture and simulator test) in this checkout."""
-    load = os.getloadavg()
-    started = time.perf_counter()
-    done = subprocess.run(FAST_TIER, capture_output=True, text=True, cwd=ROOT)
-    seconds = time.perf_counter() - started
-    tail = done.stdout.strip().splitlines()[-1:] or [""]
-    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines()
-              if line.startswith(("FAILED ", "ERROR "))]
-    return {"command": "python -m pytest -m 'not slow'", "seconds": round(seconds, 1), "exit_code": done.returncode,
-            "summary": tail[0].strip("= "), "failed": failed, "target_s": TARGETS["fast_tier_s"],
-            "cpus": os.cpu_count(),
-            "load_average_before": [round(x, 2) for x in load],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "met": done.returncode == 0 and seconds <= TARGETS["fast_tier_s"]}
+    """`bench/fast_tier.py`: wall time of ``python -m pytest -m "not slow"`` as the README runs it."""
+    from bench import fast_tier
+
+    return fast_tier.bench_fast_tier()
 
 
 def _fast_tier_row(ft: dict[str, Any]) -> str:
-    shown, label = f"<= {ft['target_s']:g}", "fast test tier, -m 'not slow' (s)"
-    return f"{label:<52}{ft['seconds']:>14.1f}{shown:>12}  {yes(ft['met'])}  " \
-           f"({ft['summary']}; load {ft['load_average_before'][0]:.1f} on {ft['cpus']} CPUs)"
+    from bench import fast_tier
+
+    return fast_tier.row(ft)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,7 +449,7 @@ def _startup_only(quick: bool, output: Path) -> int:
     """``--startup-only``: the start-up section alone, e.g. while working on import times."""
     result = {"benchmark": "llmdoctor bench/run.py --startup-only", "python": sys.version.split()[0],
               "cpus": os.cpu_count(), "startup": bench_startup(3 if quick else 15)}
-    shutil.rmtree(_PYCACHE, ignore_errors=True)
+    shutil.rmtree(PYCACHE, ignore_errors=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     for line in _startup_rows(result["startup"]):
@@ -634,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                              result["overhead"]["slow_ratio_met"], result["startup"]["met"],
                              result["overhead"]["peak_rss_met"], result["overhead"]["requests_met"],
                              result["logscan"]["met"], result.get("fast_tier", {}).get("met", True)])
-    shutil.rmtree(_PYCACHE, ignore_errors=True)
+    shutil.rmtree(PYCACHE, ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     for line in _table(result):

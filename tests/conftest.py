@@ -13,6 +13,13 @@
   the default too, whatever each test's ``Popen`` says.
 - Every process a test started is stopped when the test ends, even when it failed: a failed
   ``--watch`` test once left its child polling for an hour.
+- A test that starts a real server, gateway, network namespace or busy host is marked ``slow``: the
+  helpers that start them fail the test otherwise (`tests/tiers.py`).
+- The fast tier, ``python -m pytest -m "not slow"``, runs on `tests.tiers.FAST_TIER_WORKERS` pytest-xdist workers
+  when pytest-xdist is installed (the ``test`` extra) and no ``-n`` was given (``-n 0`` runs it in one
+  process): most of its time is spent waiting on the simulators' latencies, not on the CPU. Every other
+  selection, the full run included, stays in one process: the real-server tests share ports, CPUs and
+  one lock per server kind, and their timings are measured against an otherwise quiet host.
 """
 
 from __future__ import annotations
@@ -27,9 +34,32 @@ import psutil
 import pytest
 
 from llmdoctor.context import STRICT_ENV
+from tests import tiers
 from tests.rawserver import Handler, ScriptedServer
 
 os.environ[STRICT_ENV] = "1"
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-m "not slow"`` with no ``-n``: the fast tier on xdist workers (before xdist reads ``-n``)."""
+    tiers.parallel_fast_tier(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before an xdist worker reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that read one shared live run go to one xdist worker (`tests.tiers.SHARED_RUNS`)."""
+    tiers.group_shared_runs(config, items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Around each test (its fixtures included): is it ``slow``? (`tests.tiers.require_slow` asks.)"""
+    tiers.CURRENT["slow"] = item.get_closest_marker("slow") is not None
+    try:
+        yield
+    finally:
+        tiers.CURRENT["slow"] = None
+
 
 #: Variables a test must set itself if it wants them: the proxy routing (curl's and httpx's names, both
 #: cases), a real API key, the terminal's size and colour wishes, the debug switch.

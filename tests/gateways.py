@@ -50,6 +50,8 @@ from types import TracebackType
 
 import pytest
 
+from tests.tiers import require_slow
+
 __all__ = ["Gateway", "Haproxy", "Nginx", "require"]
 
 READY_TIMEOUT_S = 15.0
@@ -129,6 +131,7 @@ class Gateway:
         return "\n".join(out)
 
     def start(self) -> Gateway:
+        require_slow(f"a real {self.binary}")
         binary = require(self.binary)
         for module in self.modules:
             if not os.path.exists(module):

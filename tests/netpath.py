@@ -47,6 +47,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from tests.tiers import require_slow
+
 __all__ = ["DeadAddresses", "DelayedPath", "available"]
 
 T = TypeVar("T")
@@ -155,6 +157,7 @@ class DelayedPath:
         self._line: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DelayedPath:
+        require_slow("a real network path (namespaces)")
         _clean_leftovers()
         try:
             _ip("netns", "add", self.namespace)
@@ -338,6 +341,7 @@ class DeadAddresses:
         self._local4, self._local6 = f"10.{a}.{b}.1/24", f"fd{a:02x}:{b:x}::1/64"
 
     def start(self) -> DeadAddresses:
+        require_slow("a real network path (namespaces)")
         _clean_leftovers()
         try:
             _ip("netns", "add", self.namespace)

@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from tests.tiers import require_slow
+
 __all__ = ["busy_loops", "free_port", "holding_interpreter", "http_server_process", "serve_sim_process",
            "start_listening"]
 
@@ -93,6 +95,7 @@ def serve_sim_process(profile: str = "healthy",
 @contextlib.contextmanager
 def busy_loops(count: int | None = None, seconds: float = 20.0) -> Iterator[list[int]]:
     """One busy loop per core (or `count`), ending by itself after `seconds`, stopped on exit; their pids."""
+    require_slow("busy loops (a saturated host)")
     loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
     procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count or os.cpu_count() or 1)]
     try:

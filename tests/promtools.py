@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.tiers import require_slow
+
 REQUIRE_ENV = "LLMDOCTOR_REQUIRE_PROMETHEUS"
 # Debian names first, then the upstream release names.
 _NAMES = {"prometheus": ("prometheus",), "promtool": ("promtool",),
@@ -85,6 +87,7 @@ class Daemon:
 
     def start(self, timeout_s: float = 30.0) -> Daemon:
         """Start it and wait (bounded) until `ready_url` answers 200."""
+        require_slow(f"a real {self.name}")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -27,6 +27,8 @@ from typing import IO, TypeVar
 
 import httpx
 
+from tests.tiers import require_slow
+
 S = TypeVar("S", bound="ServerProcess")
 
 
@@ -116,6 +118,7 @@ class ServerProcess:
         """Start the process and return at once (it is not ready yet)."""
         if self.process is not None:
             raise RuntimeError(f"{self.label} already started")
+        require_slow(self.label)
         self.check_launchable()
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started_at = time.time()

@@ -56,7 +56,7 @@ main(sys.argv[1:])
     (("--help",), set()),
     (("checks",), {"llmdoctor.cli.offline"}),
     (("check", "--help"), {"llmdoctor.cli.check", "llmdoctor.cli.simulator"}),  # the demo endpoint
-], ids=" ".join)
+], ids=lambda v: " ".join(sorted(v) if isinstance(v, set) else v))  # sorted: every xdist worker, one id
 def test_a_command_imports_only_its_own_module(tmp_path: Path, args: tuple[str, ...], needed: set[str]) -> None:
     record = tmp_path / "modules.json"
     done = subprocess.run([sys.executable, "-c", _RECORD, *args], capture_output=True, text=True, timeout=120,

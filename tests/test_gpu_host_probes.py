@@ -190,6 +190,7 @@ def busy_cores():
         yield pids
 
 
+@pytest.mark.slow  # busy loops saturate the host
 def test_client_load_against_a_remote_endpoint_is_called_the_clients(busy_cores) -> None:
     ctx = Context(Target(base_url="http://198.51.100.10:8000/v1"), Options())
     h = ctx.get(HOST)
@@ -205,6 +206,7 @@ def test_client_load_against_a_remote_endpoint_is_called_the_clients(busy_cores)
     assert "top consumers: " in cpu.message and "server process" not in cpu.message
 
 
+@pytest.mark.slow  # busy loops saturate the host
 def test_llmdoctor_own_process_is_never_the_server_process(busy_cores) -> None:
     with SimServer(get_profile("healthy")) as sim:  # served from this very process, as the demo is
         ctx = Context(Target(base_url=sim.base_url), Options())
@@ -218,6 +220,7 @@ def test_llmdoctor_own_process_is_never_the_server_process(busy_cores) -> None:
         host(Context(target=None, options=Options.of(pid=os.getpid())))
 
 
+@pytest.mark.slow  # busy loops saturate the host
 def test_a_local_server_process_makes_it_the_servers_host(busy_cores) -> None:
     with http_server_process() as (port, server):
         ctx = Context(Target(base_url=f"http://127.0.0.1:{port}/v1"), Options())
