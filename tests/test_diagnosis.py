@@ -292,3 +292,46 @@ def test_a_queue_behind_other_clients_explains_the_fixed_cost_it_inflates() -> N
 
     listed = fold([finding("LD702", 376.2, symptom=Symptom.FIXED_COST), finding("LD720", wait, cause="queueing")])
     assert [(f.check_id, [s.check_id for s in f.supporting]) for f in listed] == [("LD720", ["LD702"])]
+
+
+def _haproxy_queue_facts(p90_ms: float) -> Any:
+    """The first pass behind a real haproxy with ``maxconn 1`` and three streaming clients (measured: warm
+    924 ms, p90 2,712 ms; the first request 3,736 ms), the p90 given."""
+    from llmdoctor.diagnosis.facts import Facts
+
+    return Facts(warm_ttft_ms=924.0, warm_total_ms=924.0, ttft_p90_ms=p90_ms, decode_ms=None, first_ttft_ms=3736.0,
+                 first_setup_ms=0.0, models_ms=1.0, fresh=1, reused=5, first_lag_ms=2.0,
+                 floor_samples_ms=[3736.0, 919.0, 919.0, 920.0, 2230.0, 3034.0])
+
+
+def test_a_slow_first_request_within_the_spread_of_waiting_requests_is_no_cold_start() -> None:
+    """Every request waits behind other clients, for a varying time: the first waited longest, which confirmed
+    a cold start (DECISIVE) before. Within 3x how much identical warm requests vary, it is a weak hint only."""
+    from llmdoctor.diagnosis.evidence import first_pass
+
+    seen, _ = first_pass(_haproxy_queue_facts(2712.0))
+    cold = [lr for hyp, lr, _ in seen if hyp == "cold_start"]
+    assert cold == [WEAK], seen
+    # Control: identical warm requests that hardly vary (p90 950 ms), the same first request is a cold start.
+    seen, _ = first_pass(_haproxy_queue_facts(950.0))
+    assert [lr for hyp, lr, _ in seen if hyp == "cold_start"] == [DECISIVE], seen
+
+
+def test_a_pair_apart_by_more_than_the_noise_is_not_served_in_parallel() -> None:
+    """Behind haproxy maxconn 1 every request waits ~920 ms, alone or together; the pair sent at one instant
+    finished 62 ms apart (one short service), no slower than alone. That is not "served in parallel" (it
+    refuted queueing before); finishing together is (the control)."""
+    from llmdoctor.probes.catalog import FOLLOWUP_CONCURRENCY
+    from llmdoctor.probes.client_limits import ConcurrencyResult
+
+    test = next(t for t in FOLLOWUPS if t.probe is FOLLOWUP_CONCURRENCY)
+
+    def read(parallels: list[float]) -> dict[str, float]:
+        r = ConcurrencyResult(n=2, requested=2, single_ms=[911.6, 922.4], parallel_ms=parallels,
+                              single_service_ms=[911.6, 922.4], parallel_service_ms=parallels,
+                              parallel_setup_ms=[0.0, 0.0], parallel_wall_ms=max(parallels) + 1, lag_ms=2.0)
+        seen, _ = test.read(r, _haproxy_queue_facts(950.0))  # type: ignore[attr-defined]
+        return {hyp: lr for hyp, lr, _ in seen}
+
+    assert "queueing" not in read([955.7, 1017.7])
+    assert read([925.0, 928.0])["queueing"] == 1 / STRONG

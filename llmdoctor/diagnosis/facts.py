@@ -63,6 +63,9 @@ class Facts:
     #: The output-length sweep's fixed part (LD702's fixed cost), when the checklist measured the sweep and the
     #: fit settles it (None otherwise): what every request of the sweep paid before its tokens, waits included.
     sweep_fixed_ms: float | None = None
+    #: Requests the server had answered before the first scrape, by its metrics (None: no metrics): none means
+    #: the first request was the server's first ever and met no queue behind other clients.
+    others_before: float | None = None
 
 
 def _decode_per_token(timings: list[RequestTiming]) -> float | None:
@@ -109,6 +112,7 @@ def facts_from(ctx: Context) -> Facts:
         floor_samples_ms=[t.total_ms for t in served if t.total_ms is not None],
         first_token_floor_ms=min((t.ttft_ms for t in served if t.ttft_ms is not None), default=None),
         sweep_fixed_ms=fit.fixed_ms if fit is not None and fit.fixed_determined else None,
+        others_before=answered_before(metrics.before) if metrics is not None else None,
     )
 
 
