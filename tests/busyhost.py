@@ -11,13 +11,19 @@ report with `conclusions`:
   this machine, whose CPUs the loops keep busy: that warning is true);
 - ``slow-floor``: the floor is named (LD701 fires, alone or folded under a cause) and its median
   total is within 25% of what the simulator's own latency model predicts for that request;
-- ``slow-decode``: slow decode is named (LD703 fires), its per-token cost within 25% of the model's.
+- ``slow-decode``: slow decode is named (LD703 fires), its per-token cost within 25% of the model's;
+- ``nginx-held`` and ``haproxy-held``: the healthy simulator behind a real nginx (its defaults:
+  HTTP/1.0 upstream, ``proxy_buffering on``) or haproxy (its defaults: small frames merged), each
+  holding the stream: the held-back stream is named (LD410 fires, alone or folded under a cause).
+
+The host's load is a level of `LEVELS`: busy loops per core, 0 (quiet), 1 (busy) or 4 (oversubscribed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,12 +32,18 @@ from typing import Any
 
 from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS
 from llmdoctor.sim.profiles import get_profile
+from tests.gateways import Haproxy, Nginx
 from tests.processes import busy_loops, serve_sim_process
 
-__all__ = ["PROFILES", "TOLERANCE", "conclusions", "one_round"]
+__all__ = ["CASES", "GATEWAYS", "LEVELS", "PROFILES", "TOLERANCE", "conclusions", "one_round"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ("healthy", "slow-floor", "slow-decode")
+#: The healthy simulator behind a real gateway that holds its stream.
+GATEWAYS = ("nginx-held", "haproxy-held")
+CASES = PROFILES + GATEWAYS
+#: Host load levels: busy loops per core (0: the quiet control; 4: an oversubscribed CI runner or shared box).
+LEVELS = {"quiet": 0, "busy": 1, "oversubscribed": 4}
 #: How far a measured floor or per-token cost may be from the simulator's latency model.
 TOLERANCE = 0.25
 #: Long enough for the slowest profile's default check (~15 s quiet, ~2x busy), bounded either way.
@@ -61,6 +73,9 @@ def conclusions(profile: str, report: dict[str, Any], *, busy: bool = True) -> d
         "no negative fixed cost": fixed is None or fixed >= 0,
     }
     confirmed = [c["id"] for c in (report.get("diagnosis") or {}).get("confirmed", [])]
+    if profile in GATEWAYS:
+        out["held-back stream named"] = bool(_findings(report, "LD410"))
+        return out
     model = get_profile(profile)
     if profile == "healthy":
         out["no confirmed cause"] = not confirmed
@@ -94,17 +109,32 @@ def check_report(url: str, timeout: float = 240.0) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def host(busy: bool) -> Iterator[None]:
-    """Busy loops on every core while in it (or nothing, for the quiet control)."""
-    if not busy:
+def host(loops_per_core: int) -> Iterator[None]:
+    """`loops_per_core` busy loops on every core while in it (0: nothing, the quiet control)."""
+    if loops_per_core <= 0:
         yield
         return
-    with busy_loops(seconds=BUSY_SECONDS):
+    with busy_loops(loops_per_core * (os.cpu_count() or 1), seconds=BUSY_SECONDS):
         yield
 
 
-def one_round(profile: str, busy: bool = True) -> tuple[dict[str, bool], dict[str, Any]]:
-    """One default check of `profile` on a busy (or quiet) host: its conclusions and its report."""
-    with serve_sim_process(profile) as (port, _), host(busy):
-        report = check_report(f"http://127.0.0.1:{port}/v1")
-    return conclusions(profile, report, busy=busy), report
+@contextlib.contextmanager
+def endpoint(case: str) -> Iterator[str]:
+    """The base URL of `case`: a simulator profile served by a process of its own, or the healthy one behind
+    a real gateway that holds its stream (`GATEWAYS`)."""
+    if case not in GATEWAYS:
+        with serve_sim_process(case) as (port, _):
+            yield f"http://127.0.0.1:{port}/v1"
+        return
+    with serve_sim_process("healthy", "vllm") as (port, _):
+        upstream = [("127.0.0.1", port)]
+        with (Nginx(upstream, http11=False) if case == "nginx-held" else Haproxy(upstream)) as gw:
+            yield gw.base_url
+
+
+def one_round(case: str, level: str = "busy") -> tuple[dict[str, bool], dict[str, Any]]:
+    """One default check of `case` (`CASES`) at a host load level (`LEVELS`): its conclusions and its report."""
+    loops = LEVELS[level]
+    with endpoint(case) as url, host(loops):
+        report = check_report(url)
+    return conclusions(case, report, busy=loops > 0), report
