@@ -9,7 +9,7 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.floor_phase import floor_phase
-from llmdoctor.noise import timing_confidence
+from llmdoctor.noise import noise_confidence
 from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, CLIENT_HOST, SWEEP
 
 FIXED_SHARE_LIMIT = 0.5
@@ -70,8 +70,10 @@ class FlatLatency(Check):
     names that phase's cause: the queue (queueing), prefill (a fixed
     per-request server overhead) or the time in front of the model server
     (a gateway); else it is a symptom for another cause to explain.
-    On a saturated client host, or with fewer requests than
-    asked, the confidence is lowered. The fixed cost includes the sweep
+    When the noise the run measured (twice llmdoctor's own median worst
+    scheduling lag while the sweep's requests ran) is more than a quarter
+    of the fixed cost, or with fewer requests than asked, the confidence
+    is lowered; a busy host whose lag is small beside it changes nothing. The fixed cost includes the sweep
     prompt's prefill and the network round trip from this machine.
     """
 
@@ -126,7 +128,8 @@ class FlatLatency(Check):
                       "cost is paid.")
         yield Finding(
             Severity.WARNING,
-            timing_confidence(fit.confidence(), host=ctx.optional(CLIENT_HOST), timings=timings, short=sweep.short),
+            noise_confidence(fit.confidence(), fixed, host=ctx.optional(CLIENT_HOST), timings=timings,
+                             short=sweep.short),
             title,
             f"Every request pays about {fixed:,.0f} ms{within} whatever its length, plus {fit.per_token_ms:.1f} ms "
             f"per output token: a {typical}-token answer takes ~{fit.predict(typical):,.0f} ms, "

@@ -10,7 +10,7 @@ from llmdoctor.context import Context, ProbeUnavailable
 from llmdoctor.decode import server_decode, stream_decode
 from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
 from llmdoctor.limits import SLOW_DECODE_LIMITS
-from llmdoctor.noise import timing_confidence
+from llmdoctor.noise import noise_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SERVER_METRICS, SWEEP
 from llmdoctor.stats import LinearFit
 
@@ -53,8 +53,11 @@ class DecodeSpeed(Check):
     line with an interval: a slope whose interval is wider than itself is not
     determined (nothing fires when even its top is under the threshold);
     mixed samples (two populations, LD211) give no client-side per-token cost
-    (only the server's histogram is read then); on a saturated client host or
-    with fewer requests than asked the confidence is lowered. The server's
+    (only the server's histogram is read then); when the noise the run
+    measured (twice llmdoctor's own median worst scheduling lag while the
+    requests ran) is more than a quarter of the decode time across the
+    sweep's lengths, or with fewer requests than asked, the confidence is
+    lowered. The server's
     histogram times the engine's steps, not the delivery; it is ours (high
     confidence) only when it gained exactly the gaps of our baseline
     requests, else it is the server's mean over everything it decoded in the
@@ -83,8 +86,12 @@ class DecodeSpeed(Check):
         if fit is not None:
             sweep = ctx.get(SWEEP)
             per_token = fit.per_token_ms
-            confidence = timing_confidence(fit.confidence(), host=host,
-                                           timings=[p.timing for p in sweep.ok_points], short=sweep.short)
+            points = [p.timing for p in sweep.ok_points]
+            tokens = [t.output_tokens for t in points]
+            # The effect the lag competes with: the decode time across the sweep's span of lengths.
+            span = max(tokens, default=1) - min(tokens, default=0)
+            confidence = noise_confidence(fit.confidence(), per_token * span, host=host, timings=points,
+                                          short=sweep.short)
             basis, where = "per-token slope", "sweep fit"
             interval = fit.per_token_interval
             evidence += [Evidence("per output token", round(per_token, 2), "ms", "sweep fit"),
@@ -93,7 +100,8 @@ class DecodeSpeed(Check):
                          Evidence("fit r²", round(fit.r2, 3), "", "sweep fit")]
         elif stream is not None and stream.per_token_ms is not None and not stream.merged and base is not None:
             per_token = stream.per_token_ms
-            confidence = timing_confidence(Confidence.MEDIUM, host=host, timings=base.samples)
+            confidence = noise_confidence(Confidence.MEDIUM, per_token * max(1, stream.gaps), host=host,
+                                          timings=base.samples)
             basis, where = "baseline stream's ms per token", "the baseline's stream"
             evidence.append(Evidence("per output token", round(per_token, 2), "ms", "baseline stream"))
         elif server is not None:

@@ -17,13 +17,16 @@ from llmdoctor.findings import Confidence
 from llmdoctor.probes.lag import ClientHostResult
 from llmdoctor.probes.timing import RequestTiming
 
-__all__ = ["LAG_FACTOR", "NOISY_LAG_MS", "Lagged", "explained_by_lag", "lag_noisy", "lower", "noisy",
-           "timing_confidence"]
+__all__ = ["LAG_FACTOR", "NOISE_SHARE", "NOISY_LAG_MS", "Lagged", "explained_by_lag", "lag_noisy", "lower",
+           "measured_noise_ms", "noise_confidence", "noisy", "timing_confidence"]
 
 #: Requests whose median worst lag reached this (ms) were timed by a starved client.
 NOISY_LAG_MS = 5.0
 #: A difference up to this many times the worst lag of the requests compared is explained by the lag.
 LAG_FACTOR = 2.0
+#: A conclusion is trusted one step less when the noise measured could move its effect by more than this share
+#: (the tolerance within which a floor or a per-token cost is named).
+NOISE_SHARE = 0.25
 
 
 class Lagged(Protocol):
@@ -64,3 +67,29 @@ def timing_confidence(confidence: Confidence, *, host: ClientHostResult | None =
 def explained_by_lag(difference_ms: float, lag_ms: float | None) -> bool:
     """Whether a measured difference is within what the client's own lag can produce."""
     return lag_ms is not None and lag_ms > 0 and abs(difference_ms) <= LAG_FACTOR * lag_ms
+
+
+def measured_noise_ms(timings: Iterable[Lagged], host: ClientHostResult | None = None) -> float | None:
+    """What the client's own lag can add to one of these requests: `LAG_FACTOR` × the median of their worst
+    lags while they ran; without per-request lags, × the run's lag p99; None when no lag was measured."""
+    lags = [t.client_lag_ms for t in timings if t.client_lag_ms is not None]
+    if lags:
+        return LAG_FACTOR * statistics.median(lags)
+    if host is not None and host.lag_p99_ms is not None:
+        return LAG_FACTOR * host.lag_p99_ms
+    return None
+
+
+def noise_confidence(confidence: Confidence, effect_ms: float, *, timings: Sequence[Lagged] = (),
+                     host: ClientHostResult | None = None, spread_ms: float | None = None,
+                     short: bool = False) -> Confidence:
+    """A timing conclusion's confidence against the noise the run measured, not the host's verdict.
+
+    One step lower when the noise measured (the client's lag, `measured_noise_ms`, or `spread_ms`, the
+    spread of repeats) could move `effect_ms` by more than `NOISE_SHARE` of it: a 500 ms floor is as sure on
+    a host whose lag is 15 ms as on a quiet one. Only when nothing was measured does the run's verdict (a
+    saturated host) lower it. One more step on short samples.
+    """
+    noise = [n for n in (measured_noise_ms(timings, host), spread_ms) if n is not None]
+    loud = max(noise) > NOISE_SHARE * abs(effect_ms) if noise else noisy(host, timings)
+    return lower(confidence, int(loud) + int(short))
