@@ -69,3 +69,19 @@ def test_a_window_that_holds_every_prompt_is_not_tokenized() -> None:
     assert "holds every probe prompt" in reason
     assert TOKENIZE not in _paths(ctx)
     assert prefill.long_tokens > 1000  # 1,000 words, as before
+
+
+def test_a_window_stated_only_by_llamacpp_props_sizes_the_probe_prompts_before_any_refusal() -> None:
+    """llama.cpp's server states its window in ``GET /props`` (``default_generation_settings.n_ctx``,
+    ``tools/server/server.cpp``), not in ``/v1/models``: the probe prompts are sized to it up front, so no
+    long prompt is refused (before, only a refusal of the 1,000-word prompt taught the window)."""
+    profile = LatencyProfile(name="llamacpp-small", fixed_ms=2, per_prompt_token_ms=0.01, per_output_token_ms=0.5,
+                             context_window=300, publish_window=False, flavor="llamacpp")
+    with SimServer(profile) as server:
+        ctx = Context(target=Target(base_url=server.base_url), options=Options.of(samples=2, max_requests=40))
+        prefill = ctx.get(PREFILL)
+        size = ctx.get(PROMPT_SIZE)
+    assert (size.window, size.window_source) == (300, "/props default_generation_settings.n_ctx")
+    refused = [t for t in ctx.client.history if t.status == 400 and t.path.endswith("/chat/completions")]
+    assert not refused and prefill.window is None, [t.error_detail for t in refused]
+    assert prefill.long_tokens is not None and prefill.long_tokens <= 150

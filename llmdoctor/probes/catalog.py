@@ -306,13 +306,13 @@ PROMPT_TOKENS: Probe[PromptTokens] = Probe(
 PROMPT_SIZE: Probe[PromptSize] = Probe(
     "prompt_size", "llmdoctor.probes.prompt_size:prompt_size", "llmdoctor.probes.prompt_size:PromptSize",
     "the server's tokens per filler word, so long probe prompts fit a small context window",
-    optional=(DISCOVERY,), plan=_prompt_size_plan,
+    optional=(DISCOVERY, CONTEXT_WINDOW), plan=_prompt_size_plan,
     title="the server's tokens per word (long probe prompts sized to the window)",
 )
 PREFILL: Probe[PrefillResult] = Probe(
     "prefill", "llmdoctor.probes.prefill:prefill", "llmdoctor.probes.prefill:PrefillResult",
     "a short and a long prompt: prefill cost per prompt token",
-    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE, SERVER_TOKENS), plan=_prefill_plan,
+    needs=(BASELINE,), optional=(DISCOVERY, CONTEXT_WINDOW, PROMPT_SIZE, SERVER_TOKENS), plan=_prefill_plan,
     title="a short and a long prompt (the cost of prompt processing)",
 )
 PREFIX_REUSE: Probe[PrefixReuseResult] = Probe(
@@ -383,7 +383,7 @@ LONE_REQUEST: Probe[LoneRequestResult] = Probe(
 REPEAT_PROMPT: Probe[RepeatPromptResult] = Probe(
     "repeat_prompt", "llmdoctor.probes.followup:repeat_prompt", "llmdoctor.probes.followup:RepeatPromptResult",
     "follow-up: the same long prompt twice, for the prefix-cache effect (ordered by the diagnosis)",
-    needs=(BASELINE,), optional=(DISCOVERY, PROMPT_SIZE), plan=_repeat_prompt_plan,
+    needs=(BASELINE,), optional=(DISCOVERY, CONTEXT_WINDOW, PROMPT_SIZE), plan=_repeat_prompt_plan,
     title="a follow-up test: the same long prompt twice (prefix cache)",
 )
 NATIVE_TIMINGS: Probe[NativeTimings] = Probe(
@@ -403,7 +403,8 @@ DIAGNOSIS: Probe[Diagnosis] = Probe(
     "differential diagnosis: hypotheses from the first pass, follow-up tests within --budget",
     # PROMPT_SIZE: measured in the first pass, so the prompts of the follow-ups it orders cost what they declare.
     # PROMPT_TOKENS: a measured prefill rate is priced on the application's prompts (--request), not the probe's.
-    needs=(BASELINE,), optional=(FIRST_REQUEST, DISCOVERY, SERVER_METRICS, HOST, PROMPT_SIZE, PROMPT_TOKENS),
+    needs=(BASELINE,),
+    optional=(FIRST_REQUEST, DISCOVERY, CONTEXT_WINDOW, SERVER_METRICS, HOST, PROMPT_SIZE, PROMPT_TOKENS),
     orders=(SWEEP, TRANSPORT, PREFILL, LONE_REQUEST, FOLLOWUP_CONCURRENCY, CONCURRENCY, REPEAT_PROMPT,
             FOLLOWUP_IDLE, IDLE),
     plan=_diagnosis_plan, off=_no_followup, derived=True,

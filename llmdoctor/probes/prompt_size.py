@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.probes.catalog import DISCOVERY, PROMPT_SIZE
+from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, PROMPT_SIZE
 
 __all__ = [
     "LONG_SHARE", "SAMPLE_WORDS", "SIZED_MARGIN", "SIZE_BELOW_TOKENS", "WORST_TOKENS_PER_WORD", "PromptSize",
@@ -86,12 +86,17 @@ class PromptSize:
 
 
 def window_of(ctx: Context) -> tuple[int | None, str]:
-    """The context window from ``--context-window`` or ``/v1/models`` (None: not known)."""
+    """The context window from ``--context-window``, ``/v1/models`` or llama.cpp's ``/props`` (the
+    ``context_window`` probe: ``default_generation_settings.n_ctx``); None: not known, and a long probe
+    prompt may then be refused, which teaches the window (`llmdoctor.probes.window`)."""
     if ctx.options.workload.context_window:
         return ctx.options.workload.context_window, "--context-window"
     info = ctx.optional(DISCOVERY)
     window = getattr(info, "context_window", None)
-    return (window, "/v1/models max_model_len") if isinstance(window, int) and window > 0 else (None, "")
+    if isinstance(window, int) and window > 0:
+        return window, "/v1/models max_model_len"
+    stated = ctx.optional(CONTEXT_WINDOW)
+    return (stated.tokens, stated.source) if stated is not None else (None, "")
 
 
 def prompt_size(ctx: Context) -> PromptSize:
