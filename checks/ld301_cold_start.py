@@ -11,6 +11,7 @@ from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severit
 from llmdoctor.limits import COLD_START_LIMITS
 from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
+from llmdoctor.request_metrics import queued_ms
 
 
 class ColdStart(Check):
@@ -40,7 +41,10 @@ class ColdStart(Check):
     ## Caveats
     A server that someone else already warmed shows no penalty: run the check
     right after a restart to measure it. Fires only when the penalty exceeds
-    100 ms, the warm median itself, and three times the warm jitter.
+    100 ms, the warm median itself, and three times the warm jitter. Time the
+    server's own clock says the first request waited in its queue (vLLM's
+    ``metrics.queue_time_ms``) is behind other requests, not warming up: it is
+    taken out of the penalty.
     """
 
     id = "LD301"
@@ -56,17 +60,19 @@ class ColdStart(Check):
         if first.ttft_ms is None or warm_p50 is None or warm_p90 is None:
             return
         first_ttft = first.ttft_ms - first.setup_ms
-        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
+        queued = queued_ms(first)  # behind other requests, by the server's own clock: not warming up
+        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50) - queued
         if penalty < cold_start_noise_ms(warm_p50, warm_p90):
             return
         severity = Severity.WARNING if penalty >= COLD_START_LIMITS.warning_ms else Severity.INFO
         confidence = Confidence.HIGH if len(base.ok_samples) >= 5 else Confidence.MEDIUM
+        in_queue = f"; {queued:,.0f} ms of it in the server's queue by its own clock, not counted" if queued else ""
         yield Finding(
             severity,
             confidence,
             f"Cold start: first request {penalty:,.0f} ms slower than warm",
             f"The first request waited {first_ttft:,.0f} ms for its first token (connection set-up "
-            f"excluded); warm requests wait {warm_p50:,.0f} ms (median of {len(base.ok_samples)}).",
+            f"excluded{in_queue}); warm requests wait {warm_p50:,.0f} ms (median of {len(base.ok_samples)}).",
             Cause.COLD_START.fix,
             cause=Cause.COLD_START,
             impact_ms=penalty,
@@ -76,5 +82,7 @@ class ColdStart(Check):
                 Evidence("first request TTFT", round(first_ttft, 1), "ms", "first_request"),
                 Evidence("warm TTFT p50", round(warm_p50, 1), "ms", "baseline"),
                 Evidence("warm TTFT p90", round(warm_p90, 1), "ms", "baseline"),
+                *((Evidence("first request queued (server's clock)", round(queued, 1), "ms", "first_request"),)
+                  if queued else ()),
             ),
         )

@@ -13,6 +13,8 @@ from llmdoctor.logstats import log_stamp_epoch
 from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, LOGS, SERVER_METRICS
 from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.request_metrics import queued_ms
 
 #: Starts closer together than this on average (by the log's timestamps) recur often enough to matter:
 #: an hourly restart loop, an unload after every idle gap (Ollama's default keep_alive is 5 minutes).
@@ -20,6 +22,9 @@ RECURRING_GAP_S = 3600.0
 # Seconds a vLLM process may spend importing before its first log line (12-28 s measured on
 # two cores); a larger gap means the log and the metrics describe different starts or clocks.
 MAX_IMPORT_S = 600.0
+# Whole-second log stamps against our clock: a start that ended more than this before our first request
+# was over when the run began.
+STAMP_SLACK_S = 2.0
 
 
 class LogModelLoad(Check):
@@ -54,11 +59,15 @@ class LogModelLoad(Check):
 
     ## Caveats
     A past start-up is a risk, not this run's latency: the finding is a warning only when this
-    run met a cold server (its first request paid a cold-start penalty beyond the warm requests'
-    noise, as LD301 measures it) or the log shows the server starting again and again (two or
-    more starts, on average less than an hour apart by the log's timestamps); otherwise it is
-    info with its cost, however long the start (measured on a warm, healthy vLLM 0.32 whose log
-    held the 36 s start-up that ended minutes before the run). The load time only matters to
+    run met a cold server or the log shows the server starting again and again (two or more
+    starts, on average less than an hour apart by the log's timestamps); otherwise it is info
+    with its cost, however long the start (measured on a warm, healthy vLLM 0.32 whose log held
+    the 36 s start-up that ended minutes before the run). This run met a cold server when its
+    first request paid a cold-start penalty beyond the warm requests' noise (as LD301 measures
+    it, less the time the server's own clock says it queued) and the log's start had not ended
+    before that request was sent: a start over before the run is not what it paid (measured on
+    vLLM 0.32 with ``--max-num-seqs 1`` behind two streams on a busy host: a first request 3.8 s
+    slower than warm ones, 141 s after the ready line). The load time only matters to
     requests that arrive during a start. TGI shards load in parallel: the slowest one counts. vLLM logs local time
     without a year or zone: the process start is used only when the log's ready line falls
     between it and the scrape, after the log's first line, as read in this machine's zone.
@@ -99,7 +108,7 @@ class LogModelLoad(Check):
         starts = scan.starts()
         gap = _mean_gap_s(scan, ctx.optional(SERVER_METRICS))
         recurring = starts >= 2 and gap is not None and gap <= RECURRING_GAP_S
-        met = self._met_cold(ctx)
+        met = self._met_cold(ctx, entry)
         severity = Severity.WARNING if met is not None or recurring else Severity.INFO
         again = ""
         if starts >= 2:
@@ -139,18 +148,28 @@ class LogModelLoad(Check):
 
 
     @staticmethod
-    def _met_cold(ctx: Context) -> str | None:
-        """How this run's first request met a cold server (LD301's penalty beyond the warm noise), or None."""
+    def _met_cold(ctx: Context, entry: LoadDuration) -> str | None:
+        """How this run's first request met a cold server (LD301's penalty beyond the warm noise, less what
+        it queued by the server's clock), or None; None too when the log's start ended before the run."""
         first, base = ctx.optional(FIRST_REQUEST), ctx.optional(BASELINE)
-        if first is None or base is None or first.ttft_ms is None:
+        if first is None or base is None or first.ttft_ms is None or _ended_before(entry, first):
             return None
         warm_p50, warm_p90 = base.ttft_p50_ms, base.ttft_p90_ms
         if warm_p50 is None or warm_p90 is None:
             return None
-        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50)
+        penalty = cold_start_penalty_ms(first.ttft_ms, first.setup_ms, warm_p50) - queued_ms(first)
         if penalty < cold_start_noise_ms(warm_p50, warm_p90):
             return None
         return f"its first request waited {penalty:,.0f} ms longer for its first token than warm ones"
+
+
+def _ended_before(entry: LoadDuration, first: RequestTiming) -> bool:
+    """The start the log shows was over before our first request was sent (by its timestamps): whatever
+    that request paid, it was not this start. False when either time is unknown."""
+    if not first.started_at:
+        return False
+    ready = log_stamp_epoch(entry.timestamp, first.started_at)
+    return ready is not None and ready < first.started_at - STAMP_SLACK_S
 
 
 def _mean_gap_s(scan: LogScan, metrics: ServerMetricsResult | None) -> float | None:
