@@ -184,3 +184,46 @@ def test_two_populations_made_by_a_queue() -> None:
     # the control: over two replicas the pair ran side by side, the first of it a fast one
     r.parallel_ms = r.parallel_service_ms = [187.0, 372.0]
     assert _read_concurrency(r, _queue_facts(split=split)) == {}
+
+
+def _network_evidence(models_ms: float, models_lag_ms: float | None, **confounders: Any) -> list[float]:
+    from dataclasses import replace
+
+    from llmdoctor.diagnosis.evidence import first_pass
+
+    f = replace(_facts(**confounders), models_ms=models_ms, models_lag_ms=models_lag_ms)
+    seen, _ = first_pass(f)
+    return [lr for hyp, lr, _ in seen if hyp == "slow_network"]
+
+
+def test_a_slow_trivial_request_the_clients_lag_explains_is_no_slow_network() -> None:
+    """Recorded at four busy loops per core on a healthy loopback simulator (bench/noise.py): GET /v1/models
+    took 205 ms while llmdoctor itself woke up to 114 ms late; it confirmed a slow network that is not there."""
+    assert STRONG not in _network_evidence(205.0, 114.0, lag_ms=30.0)
+
+
+def test_control_a_slow_trivial_request_on_a_quiet_client_is_evidence_of_a_far_server() -> None:
+    assert STRONG in _network_evidence(205.0, 1.5, lag_ms=0.8)
+
+
+def _lone_evidence(outside_lag_ms: float) -> dict[str, float]:
+    from llmdoctor.diagnosis.evidence import FOLLOWUPS
+    from llmdoctor.probes.catalog import LONE_REQUEST
+    from llmdoctor.probes.followup import LoneRequestResult
+    from llmdoctor.probes.timing import RequestTiming
+
+    test = next(t for t in FOLLOWUPS if t.probe is LONE_REQUEST)
+    timing = RequestTiming("POST", "/v1/chat/completions", status=200, ttft_ms=121.0, total_ms=130.0, client_lag_ms=outside_lag_ms)
+    r = LoneRequestResult(backend="vllm", request=timing, requests_seen=1, server_ttft_ms=40.0)
+    seen, _ = test.read(r, _facts())  # type: ignore[attr-defined]
+    return {hyp: lr for hyp, lr, _ in seen}
+
+
+def test_time_outside_the_server_the_clients_lag_explains_is_no_path() -> None:
+    """81 ms outside the server (client 121 ms, server 40 ms) while the client lagged 60 ms: no evidence."""
+    seen = _lone_evidence(60.0)
+    assert seen.get("slow_network", 1.0) <= 1.0 and seen.get("gateway_overhead", 1.0) <= 1.0, seen
+
+
+def test_control_time_outside_the_server_on_a_quiet_client_is_a_path() -> None:
+    assert _lone_evidence(1.0).get("slow_network") == STRONG

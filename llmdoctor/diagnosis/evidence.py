@@ -169,7 +169,9 @@ def first_pass(f: Facts) -> tuple[list[Seen], Impacts]:
         if f.models_ms <= NET.near_request_ms:
             out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the server is close"))
         elif f.models_ms >= NET.far_request_ms:
-            out.append((Cause.SLOW_NETWORK, STRONG, seen))
+            # unless the client's own noise (its lag while the request ran) can make a trivial request this slow
+            if f.models_ms > noise_ms(f.confounders, [f.models_lag_ms]):
+                out.append((Cause.SLOW_NETWORK, STRONG, seen))
         impacts[Cause.SLOW_NETWORK] = (f.models_ms, "one trivial request (GET /v1/models)")
     return out, impacts
 
@@ -279,6 +281,8 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
                                                      f"GET /v1/models took {f.models_ms:,.1f} ms"),
                     (Cause.SLOW_NETWORK, 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
             impacts[Cause.GATEWAY_OVERHEAD] = (outside, "client minus server time to first token of a lone request")
+        elif GATEWAY.outside(outside, client) and outside <= noise_ms(f.confounders, [r.request.client_lag_ms]):
+            pass  # the client's own lag explains the time outside the server: no evidence of a path
         elif GATEWAY.outside(outside, client):
             out.append((Cause.SLOW_NETWORK, STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
             out.append((Cause.GATEWAY_OVERHEAD, WEAK, f"{seen}: {outside:,.0f} ms outside the server"))

@@ -48,6 +48,8 @@ class Facts:
     typical_output_tokens: int = 64
     #: What else could look like a queue or a floor (two populations, a busy host, KV pressure), and the noise.
     confounders: Confounders = field(default_factory=Confounders)
+    #: The worst scheduling lag of llmdoctor during GET /v1/models (ms): what of its time the client explains.
+    models_lag_ms: float | None = None
     #: The worst scheduling lag of llmdoctor during the first request (ms).
     first_lag_ms: float | None = None
     #: Why the first request may have waited in the server's queue (None: no queue evidence).
@@ -99,6 +101,7 @@ def facts_from(ctx: Context) -> Facts:
         first_ttft_ms=first_ttft,
         first_setup_ms=first.setup_ms if first is not None else 0.0,
         models_ms=models.total_ms if models is not None and models.ok else None,
+        models_lag_ms=models.client_lag_ms if models is not None and models.ok else None,
         fresh=sum(1 for t in later if not t.reused_connection),
         reused=sum(1 for t in later if t.reused_connection),
         setup_ms=[t.setup_ms for t in later if not t.reused_connection],
