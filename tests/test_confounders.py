@@ -213,7 +213,8 @@ def _lone_evidence(outside_lag_ms: float) -> dict[str, float]:
     from llmdoctor.probes.timing import RequestTiming
 
     test = next(t for t in FOLLOWUPS if t.probe is LONE_REQUEST)
-    timing = RequestTiming("POST", "/v1/chat/completions", status=200, ttft_ms=121.0, total_ms=130.0, client_lag_ms=outside_lag_ms)
+    timing = RequestTiming("POST", "/v1/chat/completions", status=200, ttft_ms=121.0, total_ms=130.0,
+                           client_lag_ms=outside_lag_ms)
     r = LoneRequestResult(backend="vllm", request=timing, requests_seen=1, server_ttft_ms=40.0)
     seen, _ = test.read(r, _facts())  # type: ignore[attr-defined]
     return {hyp: lr for hyp, lr, _ in seen}
