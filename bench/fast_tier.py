@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import resource
@@ -26,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.tiers import FAST_TIER_WORKERS  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "fast_tier.json"
 
 #: The fast tier's target on 2 cores (issue 28), in seconds.
@@ -38,8 +43,8 @@ FAST_TIER = ["-m", "not slow"]
 COMMON = ["-q", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
 
 
-def time_pytest(args: list[str], target_s: float, label: str) -> dict[str, Any]:
-    """Run ``python -m pytest ARGS`` here; its wall and CPU time, outcome and the load around it."""
+def time_pytest(args: list[str], target_s: float, label: str, workers: int = 1) -> dict[str, Any]:
+    """Run ``python -m pytest ARGS`` here (on `workers` processes); its wall and CPU time, outcome and load."""
     load = os.getloadavg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -50,7 +55,6 @@ def time_pytest(args: list[str], target_s: float, label: str) -> dict[str, Any]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = done.stdout.strip().splitlines()
     failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
-    workers = next((line.split()[0] for line in lines if " workers [" in line), "1")
     return {"command": "python -m pytest " + " ".join(repr(a) if " " in a else a for a in args),
             "label": label, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "workers": workers,
@@ -64,7 +68,9 @@ def time_pytest(args: list[str], target_s: float, label: str) -> dict[str, Any]:
 def bench_fast_tier(workers: int | None = None) -> dict[str, Any]:
     """The fast tier as the README gives it (``workers`` None), or with ``-n WORKERS``."""
     extra = [] if workers is None else ["-n", str(workers)]
-    return time_pytest([*FAST_TIER, *extra], TARGET_S, "fast test tier, -m 'not slow'")
+    if workers is None:  # as tests/conftest.py runs it: on xdist workers when pytest-xdist is installed
+        workers = FAST_TIER_WORKERS if importlib.util.find_spec("xdist") else 1
+    return time_pytest([*FAST_TIER, *extra], TARGET_S, "fast test tier, -m 'not slow'", max(workers, 1))
 
 
 def row(result: dict[str, Any]) -> str:
