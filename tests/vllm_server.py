@@ -262,10 +262,14 @@ class BackgroundLoad:
 
     Every request asks for `max_tokens` tokens with ``ignore_eos`` (vLLM's extension, so random
     weights cannot stop early); with `distinct` each thread's prompt starts with its own number, so
-    that vLLM's prefix cache cannot share their KV blocks. Bounded three ways: each thread sends at
-    most `max_requests_each` requests, the whole load lasts at most `max_s` seconds, and leaving the
-    ``with`` block stops it (open streams are closed, so vLLM aborts them). :attr:`sent`,
-    :attr:`completed` and :attr:`failed` count the requests.
+    that vLLM's prefix cache cannot share their KV blocks. With ``stream=False`` each answer comes
+    whole: the thread sends its next request as soon as the engine finished the last one, where a
+    thread reading a stream of hundreds of chunks on a starved host lags behind the engine (measured
+    2026-12-02: with two streamed 600-token loads behind ``--max-num-seqs 1``, 3 of our 6 requests
+    met an idle engine, 0 ms in its queue by vLLM's own clock). Bounded three ways: each thread sends
+    at most `max_requests_each` requests, the whole load lasts at most `max_s` seconds, and leaving
+    the ``with`` block stops it (open streams are closed, so vLLM aborts them; an unstreamed request
+    runs to its end). :attr:`sent`, :attr:`completed` and :attr:`failed` count the requests.
     """
 
     def __init__(
@@ -279,6 +283,7 @@ class BackgroundLoad:
         max_requests_each: int = 50,
         max_s: float = 180.0,
         distinct: bool = False,
+        stream: bool = True,
     ) -> None:
         import threading
 
@@ -290,6 +295,7 @@ class BackgroundLoad:
         self.max_requests_each = max_requests_each
         self.max_s = max_s
         self.distinct = distinct
+        self.stream = stream
         self.sent = 0
         self.completed = 0
         self.failed = 0
@@ -331,7 +337,7 @@ class BackgroundLoad:
 
         prompt = f"{index}: {self.prompt}" if self.distinct else self.prompt
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": self.max_tokens, "stream": True, "ignore_eos": True}
+                "max_tokens": self.max_tokens, "stream": self.stream, "ignore_eos": True}
         with httpx.Client(base_url=self.url, timeout=httpx.Timeout(120, connect=10)) as client:
             for _ in range(self.max_requests_each):
                 if self._stopped():
@@ -339,6 +345,12 @@ class BackgroundLoad:
                 with self._lock:
                     self.sent += 1
                 try:
+                    if not self.stream:
+                        if client.post("/v1/chat/completions", json=body).status_code != 200:
+                            raise RuntimeError("not HTTP 200")
+                        with self._lock:
+                            self.completed += 1
+                        continue
                     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
                         if resp.status_code != 200:
                             raise RuntimeError(f"HTTP {resp.status_code}")

@@ -254,13 +254,14 @@ class TestQueue:
 
     def test_queueing_is_ranked_first_with_vllms_own_queue_time_and_no_false_cause(
             self, queue: Case, busy: bool) -> None:
-        """LD203 carries the queueing cause; the floor (LD701, critical) and the fixed cost fold under it; the
-        diagnosis confirms nothing but queueing, though without per-request clocks vLLM's histograms mix our
-        requests with the background's.
+        """LD203 carries the queueing cause, first in JSON and text, its evidence a queue time; the diagnosis
+        confirms nothing but queueing, though without per-request clocks vLLM's histograms mix our requests
+        with the background's (measured: queueing confirmed on a quiet host, nothing confirmed on a busy one).
 
         Which of our requests wait depends on timing: all of them (the floor is the queue), or some (then the
         cost is what those paid, bounded by vLLM's queue histogram: `llmdoctor.queue_wait`). Recordings of
-        each shape replay in tests/test_queue_wait.py."""
+        each shape replay in tests/test_queue_wait.py. Where the floor (LD701) goes is not asserted: measured
+        folded under queueing as a high floor, and listed beside it as an unstable one."""
         checked = queue.checked(busy)
         report = checked.report
         assert not queue_problems(report), summary(report)
@@ -289,11 +290,10 @@ class TestKvPressure:
 
     def test_kv_pressure_is_first_with_its_symptoms_under_it_and_no_loud_past_start_up(
             self, kv: Case, busy: bool) -> None:
-        """LD204 (critical: preemptions during our run) carries the KV cause, first in JSON and text; LD205,
-        the floor and the fixed cost fold under it. Issue 26: the log's start-up (minutes before, met by no
-        request of this run) is not loud, the queue and the slow prefill that preemption causes are not
-        listed beside it, and the diagnosis confirms KV pressure alone (its requests wait for KV blocks:
-        queueing is not confirmed beside it, issue 15)."""
+        """LD204 or LD205 (critical: preemptions during our run) carries the KV cause, first in JSON and text.
+        Issue 26: the log's start-up (minutes before, met by no request of this run) is not loud, the queue
+        and the slow prefill that preemption causes are not listed beside it, and the diagnosis confirms KV
+        pressure alone (its requests wait for KV blocks: queueing is not confirmed beside it, issue 15)."""
         checked = kv.checked(busy)
         assert not kv_problems(checked.report), summary(checked.report)
         assert first_in_text(checked.text) == first(checked.report)["check_id"]
