@@ -10,7 +10,7 @@ then times, with a warm page cache, each tool twice and keeps the best run:
   strings, the same case sensitivity): the work the scanner must do on every byte.
 
 Beside the speed it prints the recall: the labelled corpus of real log lines
-(``fixtures/logs/corpus``, scored by `llmdoctor.logrecall`: every line must raise its class and kind,
+(``fixtures/logs/corpus``, scored by `llmdoctor.logs.recall`: every line must raise its class and kind,
 the healthy lines nothing) and the events planted in the generated log (each must be found). A speed
 change that loses one line exits 1; ``tests/test_log_corpus.py`` is the same gate in the normal suite.
 
@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmdoctor.logrecall import load_corpus, score  # noqa: E402
-from llmdoctor.logscan import GATE_ANCHORS  # noqa: E402
+from llmdoctor.logs.recall import load_corpus, score  # noqa: E402
+from llmdoctor.logs.scan import GATE_ANCHORS  # noqa: E402
 
 CORPUS = ROOT / "fixtures" / "logs" / "corpus"
 
@@ -152,7 +152,7 @@ def generate(path: Path, size_mb: int, seed: int = 7) -> dict[str, int]:
 
 SCANNER = (
     "import json, resource, sys, time\n"
-    "from llmdoctor.logscan import LogScanner\n"
+    "from llmdoctor.logs.scan import LogScanner\n"
     "t = time.perf_counter()\n"
     "s = LogScanner()\n"
     "with open(sys.argv[1], 'rb') as f:\n"

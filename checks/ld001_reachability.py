@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+from llmdoctor.analysis.failures import who_answered_503
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
-from llmdoctor.failures import who_answered_503
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.probes.baseline import describe_failure
+from llmdoctor.measurements.latency_samples import describe_failure
+from llmdoctor.measurements.ledger import RequestOutcome
+from llmdoctor.measurements.timing import ErrorKind, FailedBy, RequestTiming
 from llmdoctor.probes.catalog import DISCOVERY, FIRST_REQUEST, HOST
 from llmdoctor.probes.discovery import EndpointInfo
 from llmdoctor.probes.host import HostResult
-from llmdoctor.probes.outcomes import RequestOutcome
-from llmdoctor.probes.timing import ErrorKind, FailedBy, RequestTiming
 
 # A server process younger than this, found on this machine while its port refuses connections,
 # is probably still starting (vLLM binds its port only once the engine is ready: 26-114 s for a
@@ -258,7 +258,7 @@ def _generation_failure(t: RequestTiming, info: EndpointInfo, timeout_s: float, 
         title = "Not found (HTTP 404)"
         fix = Fix("Check the base URL (it usually ends in /v1) and the model name.")
     elif t.status == 503:
-        # Decided from the answer's evidence, not assumed to be a model loading (see llmdoctor.failures).
+        # Decided from the answer's evidence, not assumed to be a model loading (see llmdoctor.analysis.failures).
         who, why = who_answered_503(RequestOutcome.of(t), [RequestOutcome.of(t)])
         if who == "loading":
             title = "Model still loading (HTTP 503)"

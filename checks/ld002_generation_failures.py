@@ -5,10 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator, Sequence
 
-from llmdoctor.causes import Cause
-from llmdoctor.check import Category, Check, CheckSkipped
-from llmdoctor.context import Context
-from llmdoctor.failures import (
+from llmdoctor.analysis.failures import (
     FailurePattern,
     client_failures,
     client_reasons,
@@ -16,11 +13,14 @@ from llmdoctor.failures import (
     failure_pattern,
     signs_of_503,
 )
+from llmdoctor.causes import Cause
+from llmdoctor.check import Category, Check, CheckSkipped
+from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.measurements.ledger import RequestOutcome
+from llmdoctor.measurements.timing import FailedBy
 from llmdoctor.probes.catalog import FIRST_REQUEST, OUTCOMES
 from llmdoctor.probes.client import parse_retry_after
-from llmdoctor.probes.outcomes import RequestOutcome
-from llmdoctor.probes.timing import FailedBy
 
 SOURCE = "request_outcomes"
 #: The group of the failures the path to the server caused (a proxy or gateway, a dropped connection).

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+from llmdoctor.analysis.costs import TOKEN_COSTS, token_costs
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.inputs.request_files import KNOWN_ROLES, RequestInfo
 from llmdoctor.probes.catalog import REQUESTS
-from llmdoctor.request_files import KNOWN_ROLES, RequestInfo
 
 DUPLICATE_MIN_CHARS = 200
 LONG_SYSTEM_CHARS = 8000  # about 2,000 tokens, sent with every request

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.costs import TOKEN_COSTS, token_costs
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, Reads
 from llmdoctor.context import Context
-from llmdoctor.costs import TOKEN_COSTS, token_costs
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.inputs.textscan import ODD_KINDS
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PROMPT_TOKENS, REQUESTS
-from llmdoctor.textscan import ODD_KINDS
 
 # Pasted data: many tokens, little meaning. Invisible or broken characters: garbage the model reads.
 BULK_KINDS = ("data_uri", "base64", "json_blob", "whitespace_run", "repeated_run")

@@ -6,17 +6,17 @@ import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from llmdoctor.analysis.clocks import judge
+from llmdoctor.analysis.queue_wait import MIN_QUEUE_MS, waits_by_queue
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
-from llmdoctor.clocks import judge
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.limits import QUEUEING_LIMITS
+from llmdoctor.measurements.latency_samples import BaselineResult
+from llmdoctor.measurements.timing import ClockKind
 from llmdoctor.probes.backends import knob
-from llmdoctor.probes.baseline import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
-from llmdoctor.probes.timing import ClockKind
-from llmdoctor.queue_wait import MIN_QUEUE_MS, waits_by_queue
 
 
 class QueueBuilding(Check):
@@ -70,7 +70,8 @@ class QueueBuilding(Check):
     took; the cost is the mean excess of those, at most the waiting the
     server's histogram recorded in the window shared among them, and only
     when that histogram holds at least half of their excess
-    (``llmdoctor.queue_wait``); the evidence names both clocks. TGI sends ``x-queue-time`` on non-streamed answers
+    (``llmdoctor.analysis.queue_wait``); the evidence names both clocks. TGI sends ``x-queue-time`` on non-streamed
+    answers
     only and the baseline streams, so against TGI the histogram is what
     this check reads; the per-request clock serves servers that time
     streamed requests too.
@@ -205,7 +206,7 @@ def _clocked_queue(base: BaselineResult) -> _Clocked | None:
     """Our requests' own queue clocks (TGI ``x-queue-time``, ...), judged as the waterfall judges them.
 
     A clock the client's time makes impossible (negative, longer than the request) is set aside
-    (`llmdoctor.clocks.judge`); metrics means are not per-request clocks and are not taken here.
+    (`llmdoctor.analysis.clocks.judge`); metrics means are not per-request clocks and are not taken here.
     """
     samples = base.ok_samples
     pairs = []

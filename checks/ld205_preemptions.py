@@ -8,9 +8,9 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
+from llmdoctor.measurements.server_metrics import ServerMetricsResult
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import SERVER_METRICS
-from llmdoctor.probes.metrics import ServerMetricsResult
 
 
 class Preemptions(Check):

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.logscan import GPU_ERROR, GPU_OOM, HOST_OOM
+from llmdoctor.logs.scan import GPU_ERROR, GPU_OOM, HOST_OOM
 from llmdoctor.probes.catalog import LOGS
 
 _WHAT = {

@@ -8,7 +8,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
-from llmdoctor.logscan import CONTEXT_OVERFLOW
+from llmdoctor.logs.scan import CONTEXT_OVERFLOW
 from llmdoctor.probes.catalog import LOGS
 
 

@@ -9,7 +9,7 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.logscan import KV_PREEMPTION
+from llmdoctor.logs.scan import KV_PREEMPTION
 from llmdoctor.probes.catalog import BASELINE, LOGS
 
 _CUMULATIVE = re.compile(r"(?:total_num_cumulative_preemption|total_cumulative_preemption_cnt)=(\d+)")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from llmdoctor.analysis.noise import lower
+from llmdoctor.analysis.queue_wait import split_by_queue
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.noise import lower
+from llmdoctor.measurements.stats import Split
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS, SWEEP
-from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.queue_wait import split_by_queue
-from llmdoctor.stats import Split
 
 MIN_WARM = 4
 #: The slow population costs this much more (ms) and this share of the fast median for a warning.

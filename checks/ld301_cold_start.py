@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.measures import cold_start_noise_ms, cold_start_penalty_ms
+from llmdoctor.analysis.request_metrics import queued_ms
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
 from llmdoctor.limits import COLD_START_LIMITS
-from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
-from llmdoctor.request_metrics import queued_ms
 
 
 class ColdStart(Check):

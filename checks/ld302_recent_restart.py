@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
-from llmdoctor.probes.baseline import BaselineResult
+from llmdoctor.measurements.latency_samples import BaselineResult
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, HOST, SERVER_METRICS
 
 RECENT_S = 600.0

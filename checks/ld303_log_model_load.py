@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.measures import cold_start_noise_ms, cold_start_penalty_ms
+from llmdoctor.analysis.request_metrics import queued_ms
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.logscan import MODEL_LOAD, LoadDuration, LogScan
-from llmdoctor.logstats import log_stamp_epoch
-from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
+from llmdoctor.logs.engine import log_stamp_epoch
+from llmdoctor.logs.scan import MODEL_LOAD, LoadDuration, LogScan
+from llmdoctor.measurements.server_metrics import ServerMetricsResult
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST, LOGS, SERVER_METRICS
-from llmdoctor.probes.metrics import ServerMetricsResult
-from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.request_metrics import queued_ms
 
 #: Starts closer together than this on average (by the log's timestamps) recur often enough to matter:
 #: an hourly restart loop, an unload after every idle gap (Ollama's default keep_alive is 5 minutes).

@@ -8,8 +8,8 @@ from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Severity
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, FIRST_REQUEST
-from llmdoctor.probes.timing import RequestTiming
 
 
 def _loading(t: RequestTiming) -> bool:

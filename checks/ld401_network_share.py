@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.noise import explained_by_lag, timing_confidence
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.noise import explained_by_lag, timing_confidence
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, DISCOVERY
 
 MIN_SETUP_MS = 20.0

@@ -5,14 +5,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
+from llmdoctor.analysis.delivery import MIN_HELD_MS, StreamShape, hop_headers, whole_short_answers
+from llmdoctor.analysis.noise import LAG_FACTOR, explained_by_lag, lag_noisy
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
-from llmdoctor.delivery import MIN_HELD_MS, StreamShape, hop_headers, whole_short_answers
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.noise import LAG_FACTOR, explained_by_lag, lag_noisy
+from llmdoctor.measurements.client_host import ClientHostResult
 from llmdoctor.probes.catalog import ATTRIBUTION, CLIENT_HOST
-from llmdoctor.probes.lag import ClientHostResult
 
 #: A stream says something about holding only when it should have taken this long to arrive.
 MIN_EXPECTED_MS = 2 * MIN_HELD_MS

@@ -5,14 +5,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
+from llmdoctor.analysis.noise import LAG_FACTOR, explained_by_lag
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.noise import LAG_FACTOR, explained_by_lag
+from llmdoctor.measurements.stats import percentile
 from llmdoctor.probes.attribution import RequestSplit
 from llmdoctor.probes.catalog import ATTRIBUTION
-from llmdoctor.stats import percentile
 
 MIN_IN_FRONT_MS = 50.0
 #: ... and at least this share of what the client waited for (the server's own clock says it is fast).

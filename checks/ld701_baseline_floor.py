@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.noise import LAG_FACTOR, explained_by_lag, noise_confidence
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.noise import LAG_FACTOR, explained_by_lag, noise_confidence
+from llmdoctor.measurements.stats import percentile
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST
-from llmdoctor.stats import percentile
 
 WARNING_FLOOR_MS = 500.0
 CRITICAL_FLOOR_MS = 2000.0

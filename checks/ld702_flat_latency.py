@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.floor_phase import floor_phase
+from llmdoctor.analysis.noise import noise_confidence
 from llmdoctor.causes import Symptom
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.floor_phase import floor_phase
-from llmdoctor.noise import noise_confidence
 from llmdoctor.probes.catalog import ATTRIBUTION, BASELINE, CLIENT_HOST, SWEEP
 
 FIXED_SHARE_LIMIT = 0.5

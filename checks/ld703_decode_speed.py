@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.decode import server_decode, stream_decode
+from llmdoctor.analysis.noise import noise_confidence
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.decode import server_decode, stream_decode
 from llmdoctor.findings import Confidence, Evidence, Finding, Frequency, Severity
 from llmdoctor.limits import SLOW_DECODE_LIMITS
-from llmdoctor.noise import noise_confidence
+from llmdoctor.measurements.stats import LinearFit
 from llmdoctor.probes.catalog import BASELINE, CLIENT_HOST, SERVER_METRICS, SWEEP
-from llmdoctor.stats import LinearFit
 
 
 class _BelowThreshold(Exception):

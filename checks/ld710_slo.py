@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.measures import metric
 from llmdoctor.check import Category, Check, CheckSkipped, Reads
 from llmdoctor.context import Context
 from llmdoctor.findings import Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.gate import SloError, parse_slo
-from llmdoctor.measures import metric
+from llmdoctor.inputs.slo import SloError, parse_slo
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, SWEEP
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmdoctor.analysis.measures import compare_runs, metric
+from llmdoctor.analysis.regress import Comparison, Verdict
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
-from llmdoctor.measures import compare_runs, metric
 from llmdoctor.probes.catalog import BASELINE, REFERENCE, SWEEP
-from llmdoctor.regress import Comparison, Verdict
 
 CRITICAL_REL = 0.5
 

@@ -23,8 +23,8 @@ import click
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from llmdoctor.checklist.registry import available_checks, find_check  # noqa: E402
 from llmdoctor.cli.app import COMMANDS, cli  # noqa: E402
-from llmdoctor.registry import available_checks, find_check  # noqa: E402
 
 CHECKS_PAGE = ROOT / "docs" / "checks.md"
 OPTIONS_PAGE = ROOT / "docs" / "options.md"

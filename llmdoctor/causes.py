@@ -6,7 +6,7 @@ floor, a large fixed cost in the flat-latency fit, an objective breached. Checks
 it (``Finding.cause``); checks that measure a symptom name that (``Finding.symptom``); the differential
 diagnosis's hypotheses are causes of this set. The report lists each cause once: the other findings
 of the same cause, and the symptoms it explains, fold under it as its supporting evidence
-(`llmdoctor.folding`).
+(`llmdoctor.reporting.folding`).
 
 Two kinds of cause: ``latency`` (requests are slow) and ``failure`` (requests fail or are rejected:
 an unreachable or misconfigured endpoint, server errors, a prompt over the window, a malformed

@@ -30,9 +30,9 @@ from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import ClientSetupError, Target
 
 if TYPE_CHECKING:
+    from llmdoctor.measurements.client_host import LagSampler
+    from llmdoctor.measurements.timing import RequestTiming
     from llmdoctor.probes.client import ProbeClient
-    from llmdoctor.probes.lag import LagSampler
-    from llmdoctor.probes.timing import RequestTiming
 
 __all__ = ["Context", "ProbeStatus", "ProbeUnavailable", "Results", "STRICT_ENV", "UndeclaredRead"]
 
@@ -172,7 +172,7 @@ class Context:
         if self.target is None:
             raise ProbeUnavailable("no endpoint given")
         if self._client is None:
-            from llmdoctor.probes.lag import LagSampler
+            from llmdoctor.measurements.client_host import LagSampler
 
             # Sampled from the first request to the end of the run (`close`): the client's own stalls.
             self._lag = LagSampler().start()
@@ -220,7 +220,7 @@ class Context:
 
         A log that cannot be written (stderr closed or full) is dropped: it never fails the request.
         """
-        from llmdoctor.probes.timing import describe_request
+        from llmdoctor.measurements.timing import describe_request
         from llmdoctor.redact import redact_output
 
         line = describe_request(timing, self._client.request_headers if self._client is not None else {})

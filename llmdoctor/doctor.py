@@ -7,16 +7,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 
-from llmdoctor.breakdown import build_breakdown
 from llmdoctor.check import Check
+from llmdoctor.checklist.registry import load_registry, select
 from llmdoctor.context import Context, Results
 from llmdoctor.findings import Finding
-from llmdoctor.folding import fold_outcomes
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import CLIENT_HOST, DIAGNOSIS, DISCOVERY, OUTCOMES
 from llmdoctor.redact import redact_output
-from llmdoctor.registry import load_registry, select
-from llmdoctor.report import Accounting, Report
+from llmdoctor.reporting.breakdown import build_breakdown
+from llmdoctor.reporting.folding import fold_outcomes
+from llmdoctor.reporting.report import Accounting, Report
 from llmdoctor.runner import CheckOutcome, Status, run_one, schedule_for
 from llmdoctor.target import Target
 

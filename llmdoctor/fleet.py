@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmdoctor.options import Options
-from llmdoctor.report import ExitCode, Report
+from llmdoctor.reporting.report import ExitCode, Report
 from llmdoctor.target import Target, TargetError, TargetSpec, display_url, normalize_base_url
 
 __all__ = ["FleetEntry", "FleetError", "INTERRUPT_GRACE_S", "MAX_ENDPOINTS_FILE_BYTES", "RateLimiter", "entry_spec",
@@ -110,7 +110,7 @@ def _toml_entries(text: str, path: str) -> list[FleetEntry]:
 
 def load_endpoints(path: str) -> list[FleetEntry]:
     """Read an endpoints file (one URL per line, or TOML ``[endpoints.NAME]`` tables)."""
-    from llmdoctor.inputs import InputError, read_input
+    from llmdoctor.inputs.bounded import InputError, read_input
 
     try:
         text = read_input(path, "--endpoints", limit=MAX_ENDPOINTS_FILE_BYTES).decode("utf-8").removeprefix("\ufeff")

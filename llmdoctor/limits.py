@@ -53,7 +53,7 @@ class ColdStartLimits(Limits):
     """`Cause.COLD_START`: how much slower the first request (or one after idle) is than warm ones (ms).
 
     The checklist (LD301, LD302) names a penalty as soon as the warm samples cannot explain it
-    (`llmdoctor.measures.cold_start_noise_ms`: ``noise_floor_ms``, the warm median, 3 × the warm
+    (`llmdoctor.analysis.measures.cold_start_noise_ms`: ``noise_floor_ms``, the warm median, 3 × the warm
     p90 − p50); LD301 warns from ``warning_ms``. The diagnosis needs more to *confirm* a cold start
     than a check needs to mention one: its likelihood ratios are strong from ``strong_ms`` and
     ``strong_multiple`` × warm, decisive from ``decisive_ms`` and ``decisive_multiple`` × warm; a

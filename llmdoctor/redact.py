@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from llmdoctor.patterns import LazyPattern
+from llmdoctor.logs.patterns import LazyPattern
 
 __all__ = [
     "MASK",

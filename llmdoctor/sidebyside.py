@@ -5,7 +5,7 @@ in a clean environment (or two backends) with identical minimal requests,
 alternating A, B, A, B … so that drift over time (load, thermal state, the
 network) hits both alike. Every phase of the waterfall, time to first token
 and total are then compared with the same noise-aware test as baselines
-(`llmdoctor.regress`): a difference counts only when the rank test and the
+(`llmdoctor.analysis.regress`): a difference counts only when the rank test and the
 bootstrap interval both say so, and it is larger than the minimum effect. Its output, text or
 JSON, is `llmdoctor.render.compare`'s.
 """
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llmdoctor.breakdown import waterfall
+from llmdoctor.analysis.regress import Comparison, compare_samples
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import ORDER, SIDE_BY_SIDE
 from llmdoctor.probes.contract import AnyProbe, Reads, schedule, static_off
 from llmdoctor.probes.side_by_side import Side
-from llmdoctor.regress import Comparison, compare_samples
+from llmdoctor.reporting.breakdown import waterfall
 from llmdoctor.target import Target
 
 __all__ = ["SideBySide", "Side", "probes_measured", "render_dry_run", "run_side_by_side"]

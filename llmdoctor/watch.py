@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from llmdoctor.deadline import Deadline
 from llmdoctor.options import Options
 from llmdoctor.render.watch import watch_view
-from llmdoctor.report import ExitCode, Report
+from llmdoctor.reporting.report import ExitCode, Report
 from llmdoctor.target import Target
 
 __all__ = ["KEEP_ROUNDS", "WATCH_CHECKS", "watch"]

@@ -67,8 +67,8 @@ def all_finding_ids(report: dict[str, Any]) -> list[str]:
 def record_sim_run(path: Any, profile: str, selected: list[str]) -> Any:
     """Diagnose the simulator `profile` with these checks and save the measurements to `path` (for replays)."""
     from llmdoctor.doctor import diagnose
+    from llmdoctor.inputs.recording import recording_dict
     from llmdoctor.options import Options
-    from llmdoctor.recording import recording_dict
     from llmdoctor.sim.profiles import get_profile
     from llmdoctor.sim.server import SimServer
     from llmdoctor.target import Target

@@ -31,6 +31,34 @@ LONG_SIGNATURES: dict[str, int] = {}
 #: client dropped httpcore's pool._network_backend).
 PRIVATE_IGNORES: dict[str, int] = {}
 
+#: The modules at the package root: the run's core (front-door types, the context, the runner, the
+#: vocabulary a check is written in) and the features that drive a whole run. Everything else lives in
+#: a package that names its layer (measurements, probes, analysis, diagnosis, logs, inputs, checklist,
+#: reporting, render, cli, sim): a new module goes there, not here (issue 24; 51 at e20d0bf).
+ROOT_MODULES = {
+    "causes", "check", "context", "deadline", "doctor", "findings", "fleet", "limits", "options",
+    "plan", "proxies", "redact", "runner", "serde", "sidebyside", "target", "watch",
+}
+MAX_ROOT_MODULES = 18
+#: What each layer must not import, whatever the import's place (top, function, ``TYPE_CHECKING``):
+#: the measurement data types import nothing of the package above them; analysis and the renderers
+#: read measurements, never the probes that take them.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "llmdoctor.measurements": ("llmdoctor.",),  # nothing of the package outside itself
+    "llmdoctor.analysis": ("llmdoctor.probes",),
+    "llmdoctor.render": ("llmdoctor.probes",),
+}
+#: Imports across a layer rule that the house still has (``importer -> imported``): this list may only
+#: shrink. The probe handles (``BASELINE``, ``PREFILL``) and ``AnyProbe`` are how the analysis names
+#: the measurement it reads; `Confidence` is a finding's, read by the fit's quality.
+LAYER_DEBTS = {
+    "llmdoctor.analysis.costs -> llmdoctor.probes.catalog",
+    "llmdoctor.analysis.costs -> llmdoctor.probes.contract",
+    "llmdoctor.analysis.measures -> llmdoctor.probes.catalog",
+    "llmdoctor.analysis.measures -> llmdoctor.probes.contract",
+    "llmdoctor.measurements.stats -> llmdoctor.findings",
+}
+
 
 def _files() -> Iterator[tuple[str, str]]:
     """(path relative to the root, source) of every module of the package and of checks/."""
@@ -145,3 +173,60 @@ def test_the_rules_see_what_they_must() -> None:
     assert [name for name, _ in _functions(tree)] == ["A.m", "A.m.inner"]
     src = "from llmdoctor.target import Target\nt = Target(base_url='x')\n"
     assert any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Target" for n in ast.walk(ast.parse(src)))
+
+
+def _module_name(path: str) -> str:
+    parts = path[: -len(".py")].split("/")
+    if parts[0] == "checks":
+        parts = ["llmdoctor", *parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_imports(source: str) -> set[str]:
+    """Every module of the package `source` imports, wherever the import is (``TYPE_CHECKING`` included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("llmdoctor."))
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("llmdoctor."):
+            found.add(node.module or "")
+    return found
+
+
+def _layer_crossings() -> set[str]:
+    crossings = set()
+    for path, source in _files():
+        name = _module_name(path)
+        for layer, banned in LAYERS.items():
+            if name != layer and not name.startswith(layer + "."):
+                continue
+            for target in _package_imports(source):
+                if target.startswith(banned) and not (target == layer or target.startswith(layer + ".")):
+                    crossings.add(f"{name} -> {target}")
+    return crossings
+
+
+def test_the_root_holds_only_the_core() -> None:
+    found = {p.stem for p in (ROOT / "llmdoctor").glob("*.py") if not p.name.startswith("__")}
+    assert found - ROOT_MODULES == set(), "new root modules: put them in the package of their layer"
+    assert ROOT_MODULES - found == set(), "gone from the root: remove them from ROOT_MODULES"
+    assert len(ROOT_MODULES) <= MAX_ROOT_MODULES
+
+
+def test_the_layers_import_only_downwards() -> None:
+    crossings = _layer_crossings()
+    assert crossings - LAYER_DEBTS == set(), "imports across a layer rule (see LAYERS)"
+    assert LAYER_DEBTS - crossings == set(), "fixed: remove them from LAYER_DEBTS"
+    assert len(LAYER_DEBTS) <= 5
+
+
+def test_the_layer_rules_see_what_they_must() -> None:
+    """Guards against a vacuous pass: the layer scanner names modules and finds the imports it must."""
+    assert _module_name("checks/ld001_reachability.py") == "llmdoctor.checks.ld001_reachability"
+    assert _module_name("llmdoctor/render/__init__.py") == "llmdoctor.render"
+    nested = "if TYPE_CHECKING:\n    from llmdoctor.probes.x import A\ndef f():\n    import llmdoctor.y\n"
+    assert _package_imports(nested) == {"llmdoctor.probes.x", "llmdoctor.y"}
+    waterfall = (ROOT / "llmdoctor" / "analysis" / "waterfall.py").read_text(encoding="utf-8")
+    assert "llmdoctor.measurements.timing" in _package_imports(waterfall)
+    assert "llmdoctor.measurements" in LAYERS and "llmdoctor.probes" in LAYERS["llmdoctor.analysis"]
+

@@ -1,4 +1,4 @@
-"""The join of the client's clock with the server's (llmdoctor.attribution) and the stream's delivery shape.
+"""The join of the client's clock with the server's (llmdoctor.analysis.waterfall) and the stream's delivery shape.
 
 Pure functions on hand-built request timings: the numbers are the test's own, so each expected
 split is computed here from them. Whatever the server's clocks say (negative, longer than the
@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from llmdoctor.attribution import HELD, IN_FRONT, Clock, join
-from llmdoctor.clocks import judge
-from llmdoctor.delivery import TokenClock, hop_headers, stream_shape, whole_short_answers
-from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
+from llmdoctor.analysis.clocks import judge
+from llmdoctor.analysis.delivery import TokenClock, hop_headers, stream_shape, whole_short_answers
+from llmdoctor.analysis.waterfall import HELD, IN_FRONT, Clock, join
+from llmdoctor.measurements.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 
 PER_TOKEN = TokenClock(4.0, "test clock", ClockOrigin.METRICS)
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.analysis.measures import METRICS, metric
 from llmdoctor.causes import CAUSES, Cause, Frequency, Kind, Symptom
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.diagnosis.hypotheses import HYPOTHESES
 from llmdoctor.findings import Confidence, Severity
-from llmdoctor.measures import METRICS, metric
-from llmdoctor.registry import load_registry
 from llmdoctor.sim.profiles import PROFILES
 from tests.checkcases import case_files, load_case, run_case
 from tests.cliutil import validate_report
@@ -92,8 +92,8 @@ def test_every_firing_fixture_finding_names_a_cause_or_a_symptom() -> None:
 def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One live run of every profile (default options, as `llmdoctor demo`), saved for replay."""
     from llmdoctor.doctor import diagnose
+    from llmdoctor.inputs.recording import recording_dict
     from llmdoctor.options import Options
-    from llmdoctor.recording import recording_dict
     from llmdoctor.sim.server import SimServer
     from llmdoctor.target import Target
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llmdoctor.check_table import BUILTIN_CHECKS
-from llmdoctor.registry import load_registry
+from llmdoctor.checklist.check_table import BUILTIN_CHECKS
+from llmdoctor.checklist.registry import load_registry
 from tests.checkcases import FIXTURES, assert_outcome, case_files, load_case, run_case
 
 REGISTRY = load_registry()

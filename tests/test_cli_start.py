@@ -111,7 +111,7 @@ def test_the_fast_path_prints_what_click_prints(tmp_path: Path, args: tuple[str,
     clicked, entry, imported_click = _both(tmp_path, args, env)
     assert (entry.stdout, entry.stderr, entry.returncode) == (clicked.stdout, clicked.stderr, clicked.returncode), \
         "the entry point printed another text than click: is llmdoctor/cli/prerendered.py stale? " \
-        "Run python -m llmdoctor.indexgen"
+        "Run python -m llmdoctor.checklist.indexgen"
     assert clicked.returncode == (EXIT_UNKNOWN if not args else 0) and clicked.stdout
     assert not imported_click, "the prerendered text was not used: is llmdoctor/cli/prerendered.py stale?"
 
@@ -214,15 +214,15 @@ def _stale_checks(source: str) -> str:
 def test_the_prerendered_texts_are_up_to_date_and_a_stale_one_is_caught(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from llmdoctor import indexgen
+    from llmdoctor.checklist import indexgen
 
     current = indexgen.PRERENDERED_FILE.read_text(encoding="utf-8")
-    assert current == indexgen.render_prerendered(), "stale: run python -m llmdoctor.indexgen"
+    assert current == indexgen.render_prerendered(), "stale: run python -m llmdoctor.checklist.indexgen"
     copy = tmp_path / "prerendered.py"
     monkeypatch.setattr(indexgen, "PRERENDERED_FILE", copy)
     copy.write_text(_stale_checks(current), encoding="utf-8")
     assert indexgen.main(["--check"]) == 1
-    assert "prerendered.py: stale: run python -m llmdoctor.indexgen" in capsys.readouterr().out.splitlines()
+    assert "prerendered.py: stale: run python -m llmdoctor.checklist.indexgen" in capsys.readouterr().out.splitlines()
     # Rendered by another click: its help texts differ (and print only under it); the rest must still match.
     other = "\n".join(line.replace("Show this message", "Print this text") if line.startswith("HELP") else
                       "CLICK_VERSION = '0.0'" if line.startswith("CLICK_VERSION") else line

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
+from llmdoctor.measurements.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.client import USER_AGENT, BudgetExhausted, ClientSettings, ProbeClient
-from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.target import Target
 from tests.clientutil import probe_client
 from tests.rawserver import (

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.context import Context
-from llmdoctor.logstats import log_stamp_epoch
+from llmdoctor.logs.engine import log_stamp_epoch
 from llmdoctor.options import Options
-from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
 from llmdoctor.target import Target
 

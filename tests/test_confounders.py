@@ -18,9 +18,9 @@ from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.diagnosis.model import Diagnosis, HypothesisState
 from llmdoctor.diagnosis.planner import restatus
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, status, update
+from llmdoctor.measurements.stats import Split
 from llmdoctor.probes.catalog import FOLLOWUP_CONCURRENCY
 from llmdoctor.probes.client_limits import ConcurrencyResult
-from llmdoctor.stats import Split
 
 
 def _facts(**confounders: Any) -> Facts:
@@ -208,9 +208,9 @@ def test_control_a_slow_trivial_request_on_a_quiet_client_is_evidence_of_a_far_s
 
 def _lone_evidence(outside_lag_ms: float) -> dict[str, float]:
     from llmdoctor.diagnosis.evidence import FOLLOWUPS
+    from llmdoctor.measurements.timing import RequestTiming
     from llmdoctor.probes.catalog import LONE_REQUEST
     from llmdoctor.probes.followup import LoneRequestResult
-    from llmdoctor.probes.timing import RequestTiming
 
     test = next(t for t in FOLLOWUPS if t.probe is LONE_REQUEST)
     timing = RequestTiming("POST", "/v1/chat/completions", status=200, ttft_ms=121.0, total_ms=130.0,

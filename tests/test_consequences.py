@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmdoctor.causes import CONSEQUENCES, Cause
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
-from llmdoctor.folding import fold, fold_outcomes
+from llmdoctor.reporting.folding import fold, fold_outcomes
 from llmdoctor.runner import CheckOutcome, Status
 
 

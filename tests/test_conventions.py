@@ -9,8 +9,8 @@ import pytest
 import tomllib
 
 from llmdoctor.check import DOC_SECTIONS, Category
-from llmdoctor.check_table import BUILTIN_CHECKS
-from llmdoctor.registry import load_registry
+from llmdoctor.checklist.check_table import BUILTIN_CHECKS
+from llmdoctor.checklist.registry import load_registry
 from tests.checkcases import case_files, load_case
 
 ROOT = Path(__file__).resolve().parent.parent

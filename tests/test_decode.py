@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmdoctor.decode import server_decode, stream_decode
-from llmdoctor.probes.baseline import BaselineResult
-from llmdoctor.probes.metrics import ServerMetricsResult
+from llmdoctor.analysis.decode import server_decode, stream_decode
+from llmdoctor.measurements.latency_samples import BaselineResult
+from llmdoctor.measurements.server_metrics import ServerMetricsResult
 from llmdoctor.serde import from_data
 from tests.test_vllm_recorded import run_check
 

@@ -116,7 +116,7 @@ def test_the_cronjobs_command_is_a_valid_llmdoctor_invocation(capsys: pytest.Cap
     import click
 
     from llmdoctor.cli import cli
-    from llmdoctor.export import check_job, check_push_gateway
+    from llmdoctor.reporting.publish import check_job, check_push_gateway
     from tests.cliutil import run_cli
 
     manifests = _manifests()

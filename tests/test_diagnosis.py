@@ -250,7 +250,7 @@ def test_scoring_arithmetic() -> None:
 
 
 def test_schema_version_bumped_for_the_diagnosis() -> None:
-    from llmdoctor.report import SCHEMA_VERSION
+    from llmdoctor.reporting.report import SCHEMA_VERSION
 
     schema = json.loads((Path(__file__).resolve().parent.parent / "llmdoctor/schema/report.schema.json").read_text())
     assert "diagnosis" in schema["properties"]
@@ -266,9 +266,9 @@ def test_a_queue_behind_other_clients_explains_the_fixed_cost_it_inflates() -> N
     from llmdoctor.causes import Frequency, Symptom
     from llmdoctor.diagnosis.facts import Facts
     from llmdoctor.findings import Confidence, Finding, Fix, Severity
-    from llmdoctor.folding import fold
     from llmdoctor.probes.catalog import FOLLOWUP_CONCURRENCY
     from llmdoctor.probes.client_limits import ConcurrencyResult
+    from llmdoctor.reporting.folding import fold
 
     floor = [186.0, 362.0, 369.2, 378.0, 365.0, 370.0]  # the fastest found the slot free; the others waited a turn
     facts = Facts(warm_ttft_ms=335.0, warm_total_ms=369.2, ttft_p90_ms=345.0, decode_ms=4.0, first_ttft_ms=157.0,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmdoctor.export import (
+from llmdoctor.render.prometheus import EndpointResult, result_for_report
+from llmdoctor.reporting.publish import (
     ExportError,
     ExportSettings,
     check_push_gateway,
@@ -24,8 +25,7 @@ from llmdoctor.export import (
     push,
     write_textfile,
 )
-from llmdoctor.render.prometheus import EndpointResult, result_for_report
-from llmdoctor.report import ExitCode
+from llmdoctor.reporting.report import ExitCode
 from tests.test_prometheus import _report
 
 
@@ -157,7 +157,7 @@ def test_a_failed_export_makes_the_exit_code_at_least_unknown() -> None:
 
 
 def test_a_job_name_must_be_usable_as_a_file_name() -> None:
-    from llmdoctor.export import check_job
+    from llmdoctor.reporting.publish import check_job
 
     check_job("llmdoctor-nightly.eu_1")
     for bad in ("", "../etc", "a/b", "with space", ".hidden"):

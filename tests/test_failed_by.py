@@ -13,10 +13,10 @@ import resource
 import socket
 import struct
 
-from llmdoctor.failures import client_failures, counts_as_trouble
+from llmdoctor.analysis.failures import client_failures, counts_as_trouble
+from llmdoctor.measurements.ledger import RequestOutcome
+from llmdoctor.measurements.timing import ErrorKind, FailedBy
 from llmdoctor.probes.client import ProbeClient
-from llmdoctor.probes.outcomes import RequestOutcome
-from llmdoctor.probes.timing import ErrorKind, FailedBy
 from llmdoctor.target import Target
 from tests.clientutil import probe_client
 from tests.rawserver import ScriptedServer, chunk, http_response, sse_event

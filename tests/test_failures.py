@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from llmdoctor.failures import counts_as_trouble, failure_pattern, who_answered_503
-from llmdoctor.probes.outcomes import RequestOutcome
+from llmdoctor.analysis.failures import counts_as_trouble, failure_pattern, who_answered_503
+from llmdoctor.measurements.ledger import RequestOutcome
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from tests.cliutil import all_finding_ids, run_cli

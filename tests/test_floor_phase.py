@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmdoctor.attribution import IN_FRONT, Joined
+from llmdoctor.analysis.floor_phase import floor_phase
+from llmdoctor.analysis.waterfall import IN_FRONT, Joined
 from llmdoctor.causes import Cause
-from llmdoctor.floor_phase import floor_phase
-from llmdoctor.report import Phase
+from llmdoctor.reporting.report import Phase
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from tests.cliutil import run_cli

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmdoctor.inputs.recording import RecordingError, load_recording
+from llmdoctor.measurements.timing import ErrorKind, RequestTiming
 from llmdoctor.options import Options
 from llmdoctor.probes.client import ClientSettings, ProbeClient, parse_retry_after
 from llmdoctor.probes.clock import SYSTEM_CLOCK
 from llmdoctor.probes.sse import SSEError, SSEParser
-from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.transports import Attempt
-from llmdoctor.recording import RecordingError, load_recording
 from llmdoctor.serde import SerdeError, from_data
 from llmdoctor.target import Target
 
@@ -177,7 +177,8 @@ def test_prometheus_normalize_raises_only_value_error(text: str) -> None:
                          lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
                          max_leaves=20))
 def test_native_json_adapters(data: Any) -> None:
-    from llmdoctor.probes.metrics import ServerMetrics, apply_llamacpp_slots, parse_ollama_ps
+    from llmdoctor.measurements.server_metrics import ServerMetrics
+    from llmdoctor.probes.metrics import apply_llamacpp_slots, parse_ollama_ps
 
     try:
         parse_ollama_ps(data)
@@ -199,7 +200,7 @@ log_bodies = st.lists(st.one_of(st.sampled_from(LOG_ATOMS), st.binary(max_size=3
 @FUZZ
 @given(body=log_bodies)
 def test_log_scanner_any_bytes(body: bytes) -> None:
-    logscan = pytest.importorskip("llmdoctor.logscan")
+    logscan = pytest.importorskip("llmdoctor.logs.scan")
     scanner = logscan.LogScanner()
     scanner.scan_stream(io.BytesIO(body), "fuzz.log")
     result = scanner.result()
@@ -223,7 +224,7 @@ json_values = st.recursive(
 @given(payload=st.one_of(json_values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=200),
                          st.lists(json_values, max_size=4).map(lambda vs: "\n".join(map(json.dumps, vs)).encode())))
 def test_request_file_reader(tmp_path: Path, payload: bytes) -> None:
-    from llmdoctor.request_files import RequestFileError, load_requests
+    from llmdoctor.inputs.request_files import RequestFileError, load_requests
 
     path = tmp_path / "req.jsonl"
     path.write_bytes(payload)
@@ -267,7 +268,7 @@ def test_serde_from_data_raises_only_serde_error(data: Any, kind: Any) -> None:
 @given(text=st.one_of(st.text(alphabet=string.printable, max_size=200), st.sampled_from(
     ['[slo]\nttft_p90 = "800ms"', "[slo]\nttft_p90 = 5", '[slo]\nfoo = "x"', "slo = 3", "[[slo]]", "\x00"])))
 def test_config_file_reader(tmp_path: Path, text: str) -> None:
-    gate = pytest.importorskip("llmdoctor.gate")
+    gate = pytest.importorskip("llmdoctor.inputs.slo")
     (tmp_path / gate.CONFIG_FILE).write_text(text)
     try:
         config, source = gate.load_config(tmp_path)

@@ -196,7 +196,7 @@ def test_a_wait_cut_short_by_the_deadline_ends_at_the_deadline_though_the_clock_
     returned just before the deadline, whose clock then said "not yet". Here the deadline's clock stands still
     (never expired by it), so only the wait itself can tell that it ended at the deadline, not the idle bound."""
     from llmdoctor.deadline import Deadline, DeadlineExceeded
-    from llmdoctor.inputs import open_input
+    from llmdoctor.inputs.bounded import open_input
 
     fifo = tmp_path / "silent.jsonl"
     os.mkfifo(fifo)
@@ -231,7 +231,7 @@ def test_an_idle_test_longer_than_the_deadline_is_not_started(capsys: pytest.Cap
                                             ("--endpoints", "device")])
 def test_an_input_fifo_or_device_is_bounded(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch, flag: str, kind: str) -> None:
-    monkeypatch.setattr("llmdoctor.inputs.PIPE_IDLE_S", 0.5)  # a FIFO silent this long ends
+    monkeypatch.setattr("llmdoctor.inputs.bounded.PIPE_IDLE_S", 0.5)  # a FIFO silent this long ends
     path = "/dev/zero"
     if kind == "fifo":
         path = str(tmp_path / "input")
@@ -242,7 +242,7 @@ def test_an_input_fifo_or_device_is_bounded(capsys: pytest.CaptureFixture[str], 
 
 def test_replay_of_a_fifo_or_device_is_bounded(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("llmdoctor.inputs.PIPE_IDLE_S", 0.5)
+    monkeypatch.setattr("llmdoctor.inputs.bounded.PIPE_IDLE_S", 0.5)
     fifo = tmp_path / "rec.json"
     os.mkfifo(fifo)
     _usage_error(run_cli(capsys, "replay", str(fifo)), "no data for 0.5 s")
@@ -293,7 +293,7 @@ def test_hostile_input_files_are_one_line_errors(capsys: pytest.CaptureFixture[s
 
 def test_request_files_are_streamed_memory_follows_what_is_kept(tmp_path: Path) -> None:
     """20 MB of JSONL: reading it holds one body at a time (the normalised form is what stays)."""
-    from llmdoctor.request_files import iter_bodies
+    from llmdoctor.inputs.request_files import iter_bodies
 
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "word " * 400}], "max_tokens": 8})
     path = tmp_path / "gateway.jsonl"
@@ -311,14 +311,14 @@ def test_request_files_are_streamed_memory_follows_what_is_kept(tmp_path: Path) 
 
 
 def test_a_big_body_is_read_whole_and_a_bigger_one_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmdoctor.request_files import RequestFileError, load_requests
+    from llmdoctor.inputs.request_files import RequestFileError, load_requests
 
     prompt = base64.b64encode(bytes(range(256)) * 14_649).decode()  # a 5 MB base64 prompt
     path = tmp_path / "b64.json"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": prompt}]}))
     (info,) = load_requests([str(path)])
     assert info.prompt_chars == len(prompt) > 4_999_000 and any(r.kind == "base64" for r in info.odd)
-    monkeypatch.setattr("llmdoctor.request_files.MAX_BODY_CHARS", 1 << 20)
+    monkeypatch.setattr("llmdoctor.inputs.request_files.MAX_BODY_CHARS", 1 << 20)
     with pytest.raises(RequestFileError, match="a request larger than 1 MiB"):
         load_requests([str(tmp_path / "b64.json"), str(path)])
 
@@ -403,7 +403,7 @@ def test_a_plugin_error_is_redacted_everywhere(capsys: pytest.CaptureFixture[str
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    import llmdoctor.registry as registry
+    import llmdoctor.checklist.registry as registry
 
     (tmp_path / "leaky_plugin.py").write_text(
         "import os\nraise RuntimeError('backend refused token ' + os.environ['HARDENING_PLUGIN_TOKEN'])\n")

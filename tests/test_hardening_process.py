@@ -368,7 +368,7 @@ def test_watch_keeps_a_bounded_number_of_rounds() -> None:
     import gc
 
     from llmdoctor.options import Options
-    from llmdoctor.report import Report
+    from llmdoctor.reporting.report import Report
     from llmdoctor.target import Target
     from llmdoctor.watch import KEEP_ROUNDS, watch
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from llmdoctor.logrecall import CorpusLine, load_corpus, score
-from llmdoctor.logscan import CLASSES, GATE_ANCHORS, KV_PREEMPTION, LogScanner, scan_lines
-from llmdoctor.logstats import SATURATED_KV_PCT, SATURATED_TOKEN_USAGE
+from llmdoctor.logs.engine import SATURATED_KV_PCT, SATURATED_TOKEN_USAGE
+from llmdoctor.logs.recall import CorpusLine, load_corpus, score
+from llmdoctor.logs.scan import CLASSES, GATE_ANCHORS, KV_PREEMPTION, LogScanner, scan_lines
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "corpus"
 LINES = load_corpus(CORPUS)

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import llmdoctor.logscan as logscan
+import llmdoctor.logs.scan as logscan
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.logscan import (
+from llmdoctor.logs.scan import (
     CONTEXT_OVERFLOW,
     GATE_ANCHORS,
     GPU_ERROR,
@@ -306,7 +306,7 @@ def test_random_lines_never_crash(lines: list[str]) -> None:
 _RSS_SCRIPT = textwrap.dedent(
     """
     import sys
-    from llmdoctor.logscan import LogScanner
+    from llmdoctor.logs.scan import LogScanner
     s = LogScanner()
     with open(sys.argv[1], "rb") as f:
         s.scan_stream(f, "x")

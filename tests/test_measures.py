@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from llmdoctor.costs import distribution
+from llmdoctor.analysis.costs import distribution
+from llmdoctor.analysis.measures import cold_start_noise_ms, cold_start_penalty_ms
 from llmdoctor.limits import COLD_START_LIMITS
-from llmdoctor.measures import cold_start_noise_ms, cold_start_penalty_ms
-from llmdoctor.stats import percentile
+from llmdoctor.measurements.stats import percentile
 
 
 def test_cold_start_penalty_excludes_the_first_connection_set_up() -> None:

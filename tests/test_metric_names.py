@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from llmdoctor.measurements.metricnames import FIELDS, METRIC_NAMES, candidates, describe
+from llmdoctor.measurements.server_metrics import ServerMetrics
 from llmdoctor.probes.backends import BACKENDS
-from llmdoctor.probes.metricnames import FIELDS, METRIC_NAMES, candidates, describe
-from llmdoctor.probes.metrics import ServerMetrics, normalize
+from llmdoctor.probes.metrics import normalize
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {
@@ -106,11 +107,11 @@ def test_the_docs_table_names_every_metric() -> None:
 
 def _skip_reason(check_id: str, page: str) -> str:
     """LD204 or LD205's outcome on a scrape of `page` (both scrapes the same page, reasons kept)."""
+    from llmdoctor.checklist.registry import find_check
     from llmdoctor.context import Context
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
     from llmdoctor.options import Options
     from llmdoctor.probes.catalog import SERVER_METRICS
-    from llmdoctor.probes.metrics import ServerMetricsResult
-    from llmdoctor.registry import find_check
     from llmdoctor.runner import run_checks
     from llmdoctor.serde import to_data
     from llmdoctor.target import Target
@@ -138,7 +139,7 @@ def test_ld204_and_ld205_say_why_a_metric_is_absent() -> None:
 
 
 def test_a_recording_without_reasons_gets_them_from_the_table() -> None:
-    from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
 
     m = _read("llamacpp-new")
     bare = dataclasses.replace(m, absent={})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmdoctor.analysis.noise import measured_noise_ms, noise_confidence
 from llmdoctor.findings import Confidence
-from llmdoctor.noise import measured_noise_ms, noise_confidence
-from llmdoctor.probes.lag import ClientHostResult
+from llmdoctor.measurements.client_host import ClientHostResult
 
 
 @dataclass

@@ -58,7 +58,7 @@ def test_an_old_install_under_the_former_name_does_not_duplicate_the_checks() ->
     """A stale ``llmdoctor`` distribution (an egg-info left by an editable install) registers the same classes."""
     from importlib.metadata import EntryPoint
 
-    from llmdoctor.registry import load_registry
+    from llmdoctor.checklist.registry import load_registry
 
     same = EntryPoint("LD001", "llmdoctor.checks.ld001_reachability:Reachability", "llmdoctor.checks")
     registry = load_registry([same, same])

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmdoctor.patterns import LazyPattern
+from llmdoctor.logs.patterns import LazyPattern
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def counting(pattern, flags=0):
     calls.append(sys._getframe(1).f_globals.get("__name__", "?"))
     return original(pattern, flags)
 re.compile = counting
-import llmdoctor.logscan, llmdoctor.logstats, llmdoctor.redact, llmdoctor.textscan
+import llmdoctor.logs.scan, llmdoctor.logs.engine, llmdoctor.redact, llmdoctor.inputs.textscan
 print(json.dumps([c for c in calls if c.startswith("llmdoctor")]))
 """
 
@@ -57,8 +57,8 @@ def test_the_scanners_compile_no_pattern_at_import() -> None:
 
 
 def test_the_scanners_still_find_what_they_found() -> None:
-    from llmdoctor.logscan import GPU_OOM, classify_line, clean_line, mask_secrets
-    from llmdoctor.textscan import clean, scan
+    from llmdoctor.inputs.textscan import clean, scan
+    from llmdoctor.logs.scan import GPU_OOM, classify_line, clean_line, mask_secrets
 
     line = "\x1b[31mINFO 06-02 00:51:39 [x.py:1] torch.OutOfMemoryError: CUDA out of memory\x1b[0m"
     message, stamp = clean_line(line)

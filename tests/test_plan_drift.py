@@ -6,9 +6,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.options import Options
 from llmdoctor.plan import plan_probes, plan_requests
-from llmdoctor.registry import load_registry
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from llmdoctor.target import Target

@@ -1,4 +1,4 @@
-"""`llmdoctor.plugins` reads the same entry points as `importlib.metadata`, in the same order.
+"""`llmdoctor.checklist.plugins` reads the same entry points as `importlib.metadata`, in the same order.
 
 Compared on this environment's real distributions (every group they declare) and on crafted
 ones next to them: a second copy of an installed distribution (the first on ``sys.path`` wins), an
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmdoctor.plugins import EntryPoint, entry_points, load_object
+from llmdoctor.checklist.plugins import EntryPoint, entry_points, load_object
 
 
 def _reference(group: str) -> list[tuple[str, str]]:
@@ -75,9 +75,9 @@ def test_a_zip_on_sys_path_is_read_through_importlib_metadata(tmp_path: Path, mo
 
 
 def test_load_object_follows_module_and_attributes() -> None:
-    assert load_object("llmdoctor.plugins:EntryPoint.load") is EntryPoint.load
+    assert load_object("llmdoctor.checklist.plugins:EntryPoint.load") is EntryPoint.load
     assert load_object("os.path") is __import__("os").path
-    assert load_object("llmdoctor.plugins : load_object [extra]") is load_object
+    assert load_object("llmdoctor.checklist.plugins : load_object [extra]") is load_object
     with pytest.raises(ValueError, match="not an entry point reference"):
         load_object("not a reference!")
     with pytest.raises(ModuleNotFoundError):

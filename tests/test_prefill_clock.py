@@ -13,11 +13,11 @@ import math
 
 import pytest
 
-from llmdoctor.costs import token_costs
+from llmdoctor.analysis.costs import token_costs
 from llmdoctor.doctor import diagnose
+from llmdoctor.measurements.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 from llmdoctor.options import Options
 from llmdoctor.probes.prefill import server_rate
-from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 from llmdoctor.runner import Status
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer

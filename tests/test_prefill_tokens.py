@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.context import Context
 from llmdoctor.options import Options
 from llmdoctor.plan import plan_probes, plan_requests
 from llmdoctor.probes.catalog import PREFILL, PROMPT_SIZE, SERVER_TOKENS
 from llmdoctor.probes.prefill import LONG_WORDS, SHORT_WORDS
 from llmdoctor.probes.prompt_size import filler_prompt
-from llmdoctor.registry import load_registry
 from llmdoctor.sim import LatencyProfile, SimServer
 from llmdoctor.sim import tokens as simtok
 from llmdoctor.target import Target

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from llmdoctor.check import Category, Check
+from llmdoctor.checklist.registry import Registry, load_registry
 from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
@@ -42,7 +43,6 @@ from llmdoctor.probes.catalog import (
     SWEEP,
 )
 from llmdoctor.probes.contract import Endpoint, Probe, Reads, schedule
-from llmdoctor.registry import Registry, load_registry
 from llmdoctor.runner import run_checks
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer

@@ -18,7 +18,7 @@ from llmdoctor.render.prometheus import (
     render_prometheus,
     result_for_report,
 )
-from llmdoctor.report import Breakdown, Phase, Report
+from llmdoctor.reporting.report import Breakdown, Phase, Report
 from llmdoctor.runner import CheckOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def test_the_documented_metrics_are_exactly_those_emitted() -> None:
 
 def test_a_finding_folded_under_a_cause_is_exported_with_that_cause_and_its_own_severity() -> None:
     from llmdoctor.causes import Cause, Symptom
-    from llmdoctor.folding import fold_outcomes
+    from llmdoctor.reporting.folding import fold_outcomes
 
     queue = Finding(Severity.WARNING, Confidence.HIGH, "queue", "m", Fix("f"), impact_ms=900.0,
                     cause=Cause.QUEUEING, check_id="LD203", category="server")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from llmdoctor.checks.ld409_proxy_in_path import ProxyInPath
 
-from llmdoctor.attribution import PROXY, with_proxy_hop
+from llmdoctor.analysis.waterfall import PROXY, with_proxy_hop
 from llmdoctor.context import Context
 from llmdoctor.options import Options
 from llmdoctor.plan import render_plan
 from llmdoctor.probes.catalog import TRANSPORT
-from llmdoctor.report import Phase
+from llmdoctor.reporting.report import Phase
 from llmdoctor.runner import run_one
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer

@@ -20,17 +20,18 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.analysis.queue_wait import queued_before, split_by_queue, waits_by_queue
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.context import Context
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, facts_from, first_pass
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
+from llmdoctor.measurements.server_metrics import Histogram, ServerMetrics, ServerMetricsResult
+from llmdoctor.measurements.stats import Split
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import PREFILL, SERVER_METRICS
-from llmdoctor.probes.metrics import Histogram, ServerMetrics, ServerMetricsResult, metrics_delta
+from llmdoctor.probes.metrics import metrics_delta
 from llmdoctor.probes.prefill import PrefillResult
-from llmdoctor.queue_wait import queued_before, split_by_queue, waits_by_queue
-from llmdoctor.registry import load_registry
 from llmdoctor.runner import run_one
-from llmdoctor.stats import Split
 from llmdoctor.target import Target
 from tests.cliutil import run_cli
 
@@ -234,7 +235,7 @@ def test_ld203_does_not_fire_when_the_servers_clock_says_our_requests_did_not_wa
 
 
 def test_ld203_sets_aside_an_impossible_per_request_clock() -> None:
-    """A queue clock longer than the request (as `llmdoctor.clocks.judge` sets aside) is not taken: the shared
+    """A queue clock longer than the request (as `llmdoctor.analysis.clocks.judge` sets aside) is not taken: the shared
     histogram's reading stands (medium confidence, what our queued requests paid)."""
     outcome = _ld203(_with_queue_clocks(RECORDED, [99_000.0] * 5))
     (finding,) = outcome.findings

@@ -8,8 +8,8 @@ import pytest
 
 from llmdoctor.causes import Cause, Frequency, Symptom
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
-from llmdoctor.folding import fold, fold_outcomes
-from llmdoctor.report import exit_code_for, rank
+from llmdoctor.reporting.folding import fold, fold_outcomes
+from llmdoctor.reporting.report import exit_code_for, rank
 from llmdoctor.runner import CheckOutcome, Status
 
 
@@ -59,7 +59,7 @@ def test_exit_codes_follow_fail_on() -> None:
 
 def test_a_negative_fit_intercept_is_never_shown_as_a_negative_cost() -> None:
     from llmdoctor.render.common import fit_summary
-    from llmdoctor.report import Breakdown
+    from llmdoctor.reporting.report import Breakdown
 
     line = fit_summary(Breakdown(label="x", total_ms=10.0, fixed_ms=-7.0, per_token_ms=9.0, typical_output_tokens=64))
     assert line is not None and "Fixed ≈ 0 ms (fitted intercept -7.0 ms)" in line and "(0% fixed)" in line

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.inputs.recording import OPTIONS_FIELDS, OPTIONS_VERSION
 from llmdoctor.options import OPTION_GROUP_OF, OPTION_GROUPS, Options
-from llmdoctor.recording import OPTIONS_FIELDS, OPTIONS_VERSION
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 from tests.cliutil import finding_ids, run_cli
@@ -101,7 +101,7 @@ def test_a_recording_of_llmdoctor_0_1_still_replays(capsys: pytest.CaptureFixtur
 
 
 def test_a_version_1_snapshot_is_migrated_into_the_groups() -> None:
-    from llmdoctor.recording import load_recording
+    from llmdoctor.inputs.recording import load_recording
 
     _, options, _ = load_recording(str(FIXTURES / "v0.1-demo.json"))
     assert options.request.samples == 3 and options.gate.slos == ("ttft_p90=5000ms",)

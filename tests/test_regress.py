@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from llmdoctor.regress import Verdict, bootstrap_interval, compare_samples, mann_whitney_u
+from llmdoctor.analysis.regress import Verdict, bootstrap_interval, compare_samples, mann_whitney_u
 
 
 def test_exact_p_value_of_complete_separation() -> None:

@@ -18,14 +18,14 @@ import pytest
 from rich.console import Console, RenderableType
 
 from llmdoctor import __version__
+from llmdoctor.analysis.regress import Comparison, Verdict
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
 from llmdoctor.fleet import FleetEntry
-from llmdoctor.probes.timing import RequestTiming
-from llmdoctor.regress import Comparison, Verdict
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.render.compare import render_compare_json, render_compare_text
 from llmdoctor.render.fleet import fleet_table, render_fleet_ndjson, render_fleet_text
 from llmdoctor.render.watch import render_round_ndjson, watch_view
-from llmdoctor.report import Breakdown, Phase, Report
+from llmdoctor.reporting.report import Breakdown, Phase, Report
 from llmdoctor.runner import CheckOutcome
 from llmdoctor.sidebyside import Side, SideBySide
 

@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from llmdoctor.probes.timing import ClockKind, ClockOrigin
-from llmdoctor.request_metrics import vllm_request_clocks
+from llmdoctor.analysis.request_metrics import vllm_request_clocks
+from llmdoctor.measurements.timing import ClockKind, ClockOrigin
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
 
@@ -86,7 +86,7 @@ def test_sim_vllm_without_the_flag_sends_no_metrics_and_other_flavors_refuse_it(
 
 # -- through the probe client --------------------------------------------------------------------
 def test_the_probe_client_reads_the_clocks_of_a_stream_and_of_an_answer() -> None:
-    from llmdoctor.clocks import judge
+    from llmdoctor.analysis.clocks import judge
     from llmdoctor.probes.client import ClientSettings, ProbeClient
     from llmdoctor.target import Target
 

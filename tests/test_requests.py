@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.inputs.request_files import RequestFileError, load_requests
+from llmdoctor.inputs.textscan import clean, scan
 from llmdoctor.options import Options
 from llmdoctor.probes import catalog
-from llmdoctor.request_files import RequestFileError, load_requests
 from llmdoctor.target import Target
-from llmdoctor.textscan import clean, scan
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUESTS = ROOT / "fixtures" / "requests"

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmdoctor.probes.baseline import SweepResult
+from llmdoctor.measurements.latency_samples import SweepResult
+from llmdoctor.measurements.stats import LinearFit
 from llmdoctor.serde import SerdeError, from_data, to_data
-from llmdoctor.stats import LinearFit
 
 
 @dataclass

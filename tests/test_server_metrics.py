@@ -11,17 +11,11 @@ from pathlib import Path
 import pytest
 
 from llmdoctor.context import Context
+from llmdoctor.measurements.server_metrics import ServerMetrics, parse_time
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import BASELINE, GPU_METRICS, SERVER_METRICS
 from llmdoctor.probes.gpu import parse_dcgm
-from llmdoctor.probes.metrics import (
-    ServerMetrics,
-    apply_llamacpp_slots,
-    normalize,
-    parse_ollama_ps,
-    parse_samples,
-    parse_time,
-)
+from llmdoctor.probes.metrics import apply_llamacpp_slots, normalize, parse_ollama_ps, parse_samples
 from llmdoctor.serde import from_data, to_data
 from llmdoctor.target import Target
 
@@ -133,7 +127,7 @@ def test_dcgm_t4() -> None:
 
 
 def test_server_metrics_roundtrips_through_serde() -> None:
-    from llmdoctor.probes.metrics import ServerMetricsResult
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
 
     m = normalize(text("sglang-0.5.10.prom"))
     data = json.loads(json.dumps(to_data(ServerMetricsResult("sglang", "/metrics", m))))

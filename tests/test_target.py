@@ -120,7 +120,7 @@ def test_a_target_spec_builds_through_the_factory_and_a_fleet_entry_overrides_it
 ])
 def test_a_recording_names_its_target_through_the_factory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                           endpoint: object, expected: str | None) -> None:
-    from llmdoctor.recording import load_recorded_run
+    from llmdoctor.inputs.recording import load_recorded_run
 
     data = json.loads((ROOT / "fixtures" / "recordings" / "v0.1-demo.json").read_text())
     path = tmp_path / "run.json"

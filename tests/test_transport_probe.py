@@ -12,9 +12,9 @@ import pytest
 import trustme
 
 from llmdoctor.context import Context
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.options import Options
 from llmdoctor.probes.catalog import TRANSPORT
-from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.probes.transport import TransportResult, happy_eyeballs_order, keepalive_from, proxy_settings
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer

@@ -6,10 +6,10 @@ import httpx
 import pytest
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.measurements.timing import ErrorKind
 from llmdoctor.options import Options
 from llmdoctor.probes.client import BudgetExhausted, ClientSettings, DeadlineReached, PlanExceeded, ProbeClient
 from llmdoctor.probes.contract import Probe, request
-from llmdoctor.probes.timing import ErrorKind
 from llmdoctor.target import Target
 from tests.clientutil import probe_client
 from tests.rawserver import ScriptClock

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.checklist.registry import load_registry
 from llmdoctor.context import Context
-from llmdoctor.logscan import CONTEXT_OVERFLOW, KV_PREEMPTION, LogScan, scan_lines
-from llmdoctor.logstats import log_stamp_epoch, parse_stats_line, stamp_seconds
+from llmdoctor.logs.engine import log_stamp_epoch, parse_stats_line, stamp_seconds
+from llmdoctor.logs.scan import CONTEXT_OVERFLOW, KV_PREEMPTION, LogScan, scan_lines
+from llmdoctor.measurements.server_metrics import ServerMetrics, ServerMetricsResult
 from llmdoctor.options import Options
 from llmdoctor.probes.backends import BACKENDS
-from llmdoctor.probes.metrics import ServerMetrics, ServerMetricsResult, metrics_delta, normalize, parse_samples
-from llmdoctor.registry import load_registry
+from llmdoctor.probes.metrics import metrics_delta, normalize, parse_samples
 from llmdoctor.runner import run_one
 from llmdoctor.serde import to_data
 from llmdoctor.target import Target

@@ -76,7 +76,7 @@ def test_every_cause_the_rules_name_is_a_hypothesis() -> None:
 # -- one home per cause: its fix and its thresholds ----------------------------------------------------
 
 def test_every_hypothesis_has_its_causes_fix_and_the_checks_of_that_cause_show_the_same() -> None:
-    from llmdoctor.registry import load_registry
+    from llmdoctor.checklist.registry import load_registry
     from tests.checkcases import case_files, load_case, run_case
 
     for h in HYPOTHESES:
@@ -128,8 +128,8 @@ def test_no_check_or_rule_of_a_shared_cause_keeps_a_number_of_its_own() -> None:
 # -- the closed set of metrics --------------------------------------------------------------------------
 
 def test_the_gate_reads_one_closed_set_of_metrics() -> None:
-    from llmdoctor.gate import SloError, merge_slos, parse_slo
-    from llmdoctor.measures import METRICS, REGRESSION_METRICS, SLO_METRICS, UnknownMetric, metric
+    from llmdoctor.analysis.measures import METRICS, REGRESSION_METRICS, SLO_METRICS, UnknownMetric, metric
+    from llmdoctor.inputs.slo import SloError, merge_slos, parse_slo
     from llmdoctor.probes.catalog import BASELINE, SWEEP
 
     assert [m.id for m in SLO_METRICS] == ["ttft_p50", "ttft_p90", "total_p50", "total_p90", "fixed_cost",

@@ -114,9 +114,9 @@ def check(target: EndpointArgs, run: RunArgs, gate: GateArgs, mode: ModeArgs, ou
 
 def _dry_run(target: Target, options: Options, selection: Selection, output: str | None) -> None:
     """--dry-run: print the plan of requests for the selected checks; nothing is sent."""
+    from llmdoctor.checklist.registry import load_registry
+    from llmdoctor.checklist.registry import select as select_checks
     from llmdoctor.plan import render_plan
-    from llmdoctor.registry import load_registry
-    from llmdoctor.registry import select as select_checks
 
     checks = select_checks(load_registry().checks, selection.selected, selection.ignored)
     emit(render_plan(target, options, checks), output)

@@ -3,7 +3,7 @@
 ``llmdoctor --help`` (and bare ``llmdoctor``, which prints it and exits 3), ``llmdoctor check
 --help``, ``llmdoctor checks`` and ``llmdoctor explain ID`` print texts that depend on nothing the
 user supplied: `llmdoctor.cli.prerendered` holds them as click rendered them (``python -m
-llmdoctor.indexgen`` writes it; ``--check`` fails while it is stale), and this module prints them
+llmdoctor.checklist.indexgen`` writes it; ``--check`` fails while it is stale), and this module prints them
 without importing click, whose import alone costs more than ``python -c pass`` (issue 28: start-up
 within 3x of it).
 
@@ -167,7 +167,7 @@ def _builtin_checks_only(builtins: frozenset[str], group: str) -> bool:
     """No installed distribution has an entry point of `group` but the built-in checks' (``name = value``
     as generated); False too where that cannot be told cheaply.
 
-    Conservative, where `llmdoctor.plugins` is exact: every distribution on ``sys.path`` is read (not
+    Conservative, where `llmdoctor.checklist.plugins` is exact: every distribution on ``sys.path`` is read (not
     only the first of each name), and a zip, an egg or a meta-path finder with distributions of its
     own is not looked into (the click path reads those through `importlib.metadata`). Not that
     module itself: its import (typing, its compiled pattern) costs a third of this whole path.

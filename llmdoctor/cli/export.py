@@ -2,7 +2,7 @@
 
 The destinations are checked before anything is measured (a bad URL, job or directory is a
 usage error, exit 3, with nothing sent); the metrics are delivered after the report is out,
-and a failed delivery is one line on stderr (`llmdoctor.export.exit_code_after_export`).
+and a failed delivery is one line on stderr (`llmdoctor.reporting.publish.exit_code_after_export`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from llmdoctor.cli.specs import option_group
 from llmdoctor.cli.usage import UsageProblem
 
 if TYPE_CHECKING:
-    from llmdoctor.export import ExportSettings
     from llmdoctor.render.prometheus import EndpointResult
+    from llmdoctor.reporting.publish import ExportSettings
 
 __all__ = ["ExportArgs", "export_options", "export_settings", "deliver"]
 
@@ -47,7 +47,13 @@ export_options = option_group(
 
 def export_settings(args: ExportArgs) -> ExportSettings:
     """The export destinations of the parsed options, checked before anything is measured."""
-    from llmdoctor.export import ExportError, ExportSettings, check_job, check_push_gateway, check_textfile_dir
+    from llmdoctor.reporting.publish import (
+        ExportError,
+        ExportSettings,
+        check_job,
+        check_push_gateway,
+        check_textfile_dir,
+    )
 
     settings = ExportSettings(push_gateway=args.push_gateway, job=args.push_job or "llmdoctor",
                               textfile_dir=args.textfile_dir)
@@ -66,7 +72,7 @@ def deliver(results: Sequence[EndpointResult], settings: ExportSettings | None, 
     """Push / write the metrics of `results` (after the report is out); returns the exit code to use."""
     if settings is None or not settings.wanted:
         return code
-    from llmdoctor.export import exit_code_after_export, export
+    from llmdoctor.reporting.publish import exit_code_after_export, export
 
     errors = export(results, settings)
     for error in errors:

@@ -55,7 +55,7 @@ def apply_gate(options: Options, gate: SloArgs) -> Options:
     import dataclasses
     import os
 
-    from llmdoctor.gate import SloError, load_config, merge_slos, parse_slo, slos_from_config
+    from llmdoctor.inputs.slo import SloError, load_config, merge_slos, parse_slo, slos_from_config
 
     try:
         config, source = load_config(".")
@@ -64,8 +64,8 @@ def apply_gate(options: Options, gate: SloArgs) -> Options:
         raise UsageProblem(str(exc)) from None
     compare_file = gate.compare_file
     if compare_file is not None:
+        from llmdoctor.inputs.recording import RecordingError
         from llmdoctor.probes.reference import reference_from_recording
-        from llmdoctor.recording import RecordingError
 
         if not os.path.isfile(compare_file):
             raise UsageProblem(f"--compare {compare_file}: no such file")

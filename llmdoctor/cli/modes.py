@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from llmdoctor.deadline import Deadline
     from llmdoctor.fleet import FleetEntry
     from llmdoctor.options import Options
-    from llmdoctor.report import Report
+    from llmdoctor.reporting.report import Report
     from llmdoctor.target import Target, TargetSpec
 
 __all__ = ["ModeArgs", "mode_options", "run_modes"]
@@ -102,9 +102,9 @@ def _fleet_entries(spec: TargetSpec, endpoints_file: str, options: Options) -> l
 def _fleet_dry_run(spec: TargetSpec, options: Options, mode: ModeArgs, selection: Selection,
                    output: str | None) -> NoReturn:
     """--endpoints with --dry-run: each endpoint's plan, one after the other; nothing is sent."""
+    from llmdoctor.checklist.registry import load_registry
+    from llmdoctor.checklist.registry import select as select_checks
     from llmdoctor.plan import render_plan
-    from llmdoctor.registry import load_registry
-    from llmdoctor.registry import select as select_checks
 
     assert mode.endpoints_file is not None
     checks = select_checks(load_registry().checks, selection.selected, selection.ignored)

@@ -30,8 +30,8 @@ def list_checks(as_json: bool) -> None:
     A check that is not stable says so after its title (``[preview]``: runs only when --select
     names it; ``[deprecated]``); the JSON gives every check's ``state``.
     """
-    from llmdoctor.check_table import CheckState
-    from llmdoctor.registry import available_checks
+    from llmdoctor.checklist.check_table import CheckState
+    from llmdoctor.checklist.registry import available_checks
 
     registry = available_checks()  # from the generated index: no check module is imported
     if as_json:
@@ -57,7 +57,7 @@ def list_checks(as_json: bool) -> None:
 @NO_COLOR_OPTION
 def explain(check_id: str, no_color: bool) -> None:
     """Print a check's documentation: what it checks, why it matters, how to fix it."""
-    from llmdoctor.registry import find_check
+    from llmdoctor.checklist.registry import find_check
 
     check_cls = find_check(check_id)
     if check_cls is None:
@@ -133,7 +133,7 @@ def replay(recording: str, verbose: bool, gate: SloArgs, export: ExportArgs, rep
     """
     import dataclasses
 
-    from llmdoctor.recording import RecordingError, load_recorded_run
+    from llmdoctor.inputs.recording import RecordingError, load_recorded_run
 
     try:
         run = load_recorded_run(recording)

@@ -12,8 +12,8 @@ from llmdoctor.cli.specs import option_group
 from llmdoctor.cli.usage import UsageProblem, split_ids
 
 if TYPE_CHECKING:
-    from llmdoctor.export import ExportSettings
     from llmdoctor.options import Options
+    from llmdoctor.reporting.publish import ExportSettings
     from llmdoctor.target import Target
 
 __all__ = ["Destination", "FORMATS", "FORMAT_OF_SUFFIX", "NO_COLOR_OPTION", "Presentation", "ReportArgs",
@@ -63,8 +63,9 @@ def emit(text: str, output: str | None) -> None:
 
 
 def write_file(path: str, what: str, text: str) -> None:
-    """Write `text` to `path` (`llmdoctor.inputs.open_output`: a FIFO nobody reads is refused); exit 3 if it fails."""
-    from llmdoctor.inputs import InputError, open_output
+    """Write `text` to `path` (`llmdoctor.inputs.bounded.open_output`: a FIFO nobody reads is refused); exit 3 if it
+    fails."""
+    from llmdoctor.inputs.bounded import InputError, open_output
 
     try:
         with open_output(path, what) as fh:
@@ -200,10 +201,10 @@ def render_and_exit(report: Any, ctx: Any, to: Destination) -> NoReturn:
 
 
 def save_measurements(report: Any, ctx: Any, path: str) -> None:
-    """Write the recording of this run (`llmdoctor.recording`) to `path`."""
+    """Write the recording of this run (`llmdoctor.inputs.recording`) to `path`."""
     import json
 
-    from llmdoctor.recording import recording_dict
+    from llmdoctor.inputs.recording import recording_dict
     from llmdoctor.redact import redact_output_obj
 
     data = redact_output_obj(recording_dict(report, ctx))

@@ -46,8 +46,8 @@ def require_known_ids(select: Sequence[str], ignore: Sequence[str]) -> None:
     """--select/--ignore: a prefix that matches no check is a typo, not an empty run that exits 0."""
     if not select and not ignore:
         return
-    from llmdoctor.registry import load_registry
-    from llmdoctor.registry import select as select_checks
+    from llmdoctor.checklist.registry import load_registry
+    from llmdoctor.checklist.registry import select as select_checks
 
     checks = load_registry().checks
     for flag, values in (("--select", select), ("--ignore", ignore)):
@@ -142,7 +142,7 @@ def validate_inputs(options: Options, deadline: Deadline | None = None) -> None:
             except TargetError as exc:
                 raise UsageProblem(str(exc)) from None
     if options.workload.request_files:
-        from llmdoctor.request_files import RequestFileError, load_requests
+        from llmdoctor.inputs.request_files import RequestFileError, load_requests
 
         try:
             load_requests(options.workload.request_files, deadline=deadline)

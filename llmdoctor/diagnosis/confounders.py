@@ -10,7 +10,7 @@
   waiting for KV blocks are then KV pressure showing, not a queue of their own.
 - **Queueing** seen as two populations: on one server with a queue, the requests that waited
   their turn are the slow population. When the backend's own queue clock accounts for them
-  (`llmdoctor.queue_wait.split_by_queue`) the split is no replica imbalance: it is set aside and
+  (`llmdoctor.analysis.queue_wait.split_by_queue`) the split is no replica imbalance: it is set aside and
   the wait it shows is kept (`queue_wait_ms`), so a first request that waited as long is not read
   as a cold start either.
 - **Noise**: how large a difference the run's own jitter and the client's lag can produce
@@ -25,15 +25,15 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmdoctor.analysis.noise import LAG_FACTOR, NOISY_LAG_MS
+from llmdoctor.analysis.queue_wait import split_by_queue
 from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.limits import HOST_PRESSURE_LIMITS, KV_CACHE_LIMITS
-from llmdoctor.noise import LAG_FACTOR, NOISY_LAG_MS
-from llmdoctor.probes.baseline import BaselineResult
+from llmdoctor.measurements.latency_samples import BaselineResult
+from llmdoctor.measurements.server_metrics import ServerMetricsResult
+from llmdoctor.measurements.stats import Split
 from llmdoctor.probes.host import HostResult
-from llmdoctor.probes.metrics import ServerMetricsResult
-from llmdoctor.queue_wait import split_by_queue
-from llmdoctor.stats import Split
 
 __all__ = ["Confounders", "confounders_from", "first_pass_confounders", "noise_ms", "NOISE_MULTIPLE", "BUSY_CPU"]
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from llmdoctor.analysis.measures import cold_start_penalty_ms
+from llmdoctor.analysis.noise import explained_by_lag
 from llmdoctor.causes import Cause
 from llmdoctor.diagnosis.confounders import (
     BUSY_CPU,
@@ -37,8 +39,6 @@ from llmdoctor.limits import (
     SLOW_DECODE_LIMITS,
     SLOW_NETWORK_LIMITS,
 )
-from llmdoctor.measures import cold_start_penalty_ms
-from llmdoctor.noise import explained_by_lag
 from llmdoctor.probes.catalog import (
     CONCURRENCY,
     FOLLOWUP_CONCURRENCY,
@@ -56,8 +56,8 @@ from llmdoctor.probes.sizes import DEFAULT_IDLE_S
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
+    from llmdoctor.measurements.latency_samples import SweepResult
     from llmdoctor.options import Options
-    from llmdoctor.probes.baseline import SweepResult
     from llmdoctor.probes.followup import LoneRequestResult, RepeatPromptResult
     from llmdoctor.probes.idle import IdleResult
     from llmdoctor.probes.prefill import PrefillResult

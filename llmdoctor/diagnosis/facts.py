@@ -11,16 +11,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmdoctor.analysis.measures import cold_start_penalty_ms
+from llmdoctor.analysis.queue_wait import answered_before, queued_before
 from llmdoctor.causes import EXPLAINS_SHARE, Cause
 from llmdoctor.diagnosis.confounders import Confounders, confounders_from
-from llmdoctor.measures import cold_start_penalty_ms
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY, FIRST_REQUEST, HOST, PROMPT_TOKENS, SERVER_METRICS, SWEEP
-from llmdoctor.queue_wait import answered_before, queued_before
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
-    from llmdoctor.probes.metrics import ServerMetricsResult
-    from llmdoctor.probes.timing import RequestTiming
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
+    from llmdoctor.measurements.timing import RequestTiming
 
 __all__ = ["Facts", "Seen", "Impacts", "facts_from", "symptom"]
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmdoctor.analysis.noise import LAG_FACTOR
 from llmdoctor.causes import EXPLAINS_SHARE, Cause
 from llmdoctor.diagnosis.confounders import BUSY_CPU, NOISE_MULTIPLE, Confounders, noise_ms
 from llmdoctor.diagnosis.facts import Facts, Impacts, Seen
 from llmdoctor.diagnosis.scoring import DECISIVE, STRONG, WEAK
 from llmdoctor.limits import QUEUEING_LIMITS, SERVER_FLOOR_LIMITS
-from llmdoctor.noise import LAG_FACTOR
 
 if TYPE_CHECKING:
+    from llmdoctor.measurements.stats import Split
     from llmdoctor.probes.client_limits import ConcurrencyResult
-    from llmdoctor.stats import Split
 
 __all__ = ["read_concurrency"]
 
@@ -99,7 +99,7 @@ def _paired_noise_ms(r: ConcurrencyResult, c: Confounders) -> float:
     them would hide the queue they measure. Two replicas set simultaneous requests apart too, but they
     show as two populations among the warm requests, which silence the step before it is read. What is
     left is the client's own lag while they ran: `LAG_FACTOR` × its worst bounds what it explains
-    (`llmdoctor.noise.explained_by_lag`).
+    (`llmdoctor.analysis.noise.explained_by_lag`).
     """
     lag = max((v for v in (r.lag_ms, c.lag_ms) if v is not None), default=0.0)
     return LAG_FACTOR * lag

@@ -5,21 +5,21 @@ for that request — its own headers and body (`RequestTiming.server_clocks`), t
 backend's histograms over the baseline (``server_metrics``'s delta, valid for our requests only
 when the server's request counter moved by exactly ours; more is "shared traffic", fewer is set
 aside), Ollama's durations of a sibling native request (``native_timings``) — judges them against
-the client's clock and joins them into one waterfall each (`llmdoctor.attribution.join`). It also
+the client's clock and joins them into one waterfall each (`llmdoctor.analysis.waterfall.join`). It also
 measures the delivery shape of every streamed answer of the baseline and the sweep against the
-server's token clock, or the sweep's decode rate (`llmdoctor.delivery`).
+server's token clock, or the sweep's decode rate (`llmdoctor.analysis.delivery`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmdoctor.attribution import Joined, join
-from llmdoctor.clocks import ClockSet, judge, metrics_clocks
+from llmdoctor.analysis.clocks import ClockSet, judge, metrics_clocks
+from llmdoctor.analysis.delivery import StreamShape, TokenClock, proxy_headers, stream_shape
+from llmdoctor.analysis.waterfall import Joined, join
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.delivery import StreamShape, TokenClock, proxy_headers, stream_shape
+from llmdoctor.measurements.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 from llmdoctor.probes.catalog import BASELINE, NATIVE_TIMINGS, SERVER_METRICS, SWEEP
-from llmdoctor.probes.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 
 __all__ = ["AttributionResult", "RequestSplit", "attribute", "attribution"]
 
@@ -85,8 +85,8 @@ def _median_sample(samples: list[RequestTiming]) -> RequestTiming | None:
 
 def _metrics_extra(ctx_metrics: object | None, notes: list[str]) -> tuple[list[ServerClock], str]:
     """Mean clocks of our baseline requests from the metrics delta, when they are ours to take."""
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
     from llmdoctor.probes.backends import BACKENDS
-    from llmdoctor.probes.metrics import ServerMetricsResult
 
     if not isinstance(ctx_metrics, ServerMetricsResult) or ctx_metrics.delta is None:
         return [], getattr(ctx_metrics, "backend", "unknown")
@@ -134,7 +134,7 @@ def _own_decode(cs: ClockSet) -> tuple[float | None, str]:
 
 def _clock_hint(backend: str, samples: list[RequestTiming]) -> str:
     """The flag that makes the server time each request itself, when it could and did not (vLLM 0.32+)."""
-    from llmdoctor.request_metrics import FIELDS, FLAG
+    from llmdoctor.analysis.request_metrics import FIELDS, FLAG
 
     if backend != "vllm":
         return ""

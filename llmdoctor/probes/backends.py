@@ -1,6 +1,6 @@
 """Metric names of each serving backend, mapped onto one vocabulary.
 
-The names per field come from one versioned table, `llmdoctor.probes.metricnames.METRIC_NAMES`
+The names per field come from one versioned table, `llmdoctor.measurements.metricnames.METRIC_NAMES`
 (each name with the version that introduced or removed it and its source), because they changed
 across versions (vLLM renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc`` and
 ``time_per_output_token_seconds`` to ``inter_token_latency_seconds``; SGLang's queue histogram was
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmdoctor.probes.metricnames import FIELDS, candidates
+from llmdoctor.measurements.metricnames import FIELDS, candidates
 
 __all__ = ["Backend", "BACKENDS", "KNOBS", "detect_backend", "knob"]
 
@@ -67,7 +67,7 @@ class Backend:
 
 
 def _backend(name: str, prefix: str, **settings: object) -> Backend:
-    """A `Backend` whose per-field names come from the versioned table (llmdoctor/probes/metricnames.py)."""
+    """A `Backend` whose per-field names come from the versioned table (llmdoctor/measurements/metricnames.py)."""
     fields = {f: candidates(name, f) for f in FIELDS}
     return Backend(name=name, prefix=prefix, **fields, **settings)  # type: ignore[arg-type]
 

@@ -27,10 +27,14 @@ from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S, PREFIX_REPEATS
 
 if TYPE_CHECKING:
     from llmdoctor.diagnosis.model import Diagnosis
-    from llmdoctor.logscan import LogScan
+    from llmdoctor.logs.scan import LogScan
+    from llmdoctor.measurements.client_host import ClientHostResult
+    from llmdoctor.measurements.latency_samples import BaselineResult, SweepResult
+    from llmdoctor.measurements.ledger import RequestLedger
+    from llmdoctor.measurements.server_metrics import ServerMetricsResult
+    from llmdoctor.measurements.timing import RequestTiming
     from llmdoctor.options import Options
     from llmdoctor.probes.attribution import AttributionResult
-    from llmdoctor.probes.baseline import BaselineResult, SweepResult
     from llmdoctor.probes.client_limits import ClientLimits, ConcurrencyResult
     from llmdoctor.probes.discovery import EndpointInfo
     from llmdoctor.probes.dns import DnsResult
@@ -38,17 +42,13 @@ if TYPE_CHECKING:
     from llmdoctor.probes.gpu import GpuSnapshot
     from llmdoctor.probes.host import HostResult
     from llmdoctor.probes.idle import IdleResult
-    from llmdoctor.probes.lag import ClientHostResult
-    from llmdoctor.probes.metrics import ServerMetricsResult
     from llmdoctor.probes.native_clocks import NativeTimings
-    from llmdoctor.probes.outcomes import RequestLedger
     from llmdoctor.probes.prefill import PrefillResult
     from llmdoctor.probes.prefix_reuse import PrefixReuseResult
     from llmdoctor.probes.prompt_size import PromptSize
     from llmdoctor.probes.reference import Reference
     from llmdoctor.probes.requests import RequestSet
     from llmdoctor.probes.side_by_side import Interleaved
-    from llmdoctor.probes.timing import RequestTiming
     from llmdoctor.probes.tokens import ContextWindow, PromptTokens, ServerTokens
     from llmdoctor.probes.transport import TransportResult
 
@@ -239,17 +239,17 @@ DISCOVERY: Probe[EndpointInfo] = Probe(
     title="the models the endpoint serves (GET /v1/models)",
 )
 FIRST_REQUEST: Probe[RequestTiming] = Probe(
-    "first_request", "llmdoctor.probes.baseline:first_request", "llmdoctor.probes.timing:RequestTiming",
+    "first_request", "llmdoctor.probes.baseline:first_request", "llmdoctor.measurements.timing:RequestTiming",
     'the very first generation request ("Say ok.", streamed)', needs=(DISCOVERY,), plan=_first_request_plan,
     title="the first request",
 )
 BASELINE: Probe[BaselineResult] = Probe(
-    "baseline", "llmdoctor.probes.baseline:baseline", "llmdoctor.probes.baseline:BaselineResult",
+    "baseline", "llmdoctor.probes.baseline:baseline", "llmdoctor.measurements.latency_samples:BaselineResult",
     'warm-up, then repeated minimal "Say ok." requests', needs=(FIRST_REQUEST, DISCOVERY), plan=_baseline_plan,
     title='the warm "Say ok." requests (the floor every request pays)',
 )
 SWEEP: Probe[SweepResult] = Probe(
-    "sweep", "llmdoctor.probes.baseline:sweep", "llmdoctor.probes.baseline:SweepResult",
+    "sweep", "llmdoctor.probes.baseline:sweep", "llmdoctor.measurements.latency_samples:SweepResult",
     "requests of growing max_tokens for the flat-latency fit", needs=(BASELINE,), plan=_sweep_plan,
     title="the output-length sweep (requests with max_tokens 1, 16 and 64)",
 )
@@ -259,7 +259,8 @@ DNS: Probe[DnsResult] = Probe(
     title="how long the endpoint's name takes to resolve (DNS)",
 )
 SERVER_METRICS: Probe[ServerMetricsResult] = Probe(
-    "server_metrics", "llmdoctor.probes.metrics:server_metrics", "llmdoctor.probes.metrics:ServerMetricsResult",
+    "server_metrics", "llmdoctor.probes.metrics:server_metrics",
+    "llmdoctor.measurements.server_metrics:ServerMetricsResult",
     "backend metrics (/metrics, Ollama /api/ps, llama.cpp /slots) before and after the baseline",
     optional=(DISCOVERY, BASELINE), plan=_server_metrics_plan,
     title="the server's own metrics (/metrics, Ollama /api/ps, llama.cpp /slots)",
@@ -345,7 +346,7 @@ IDLE: Probe[IdleResult] = Probe(
     title="a request after an idle wait (--idle-test)",
 )
 LOGS: Probe[LogScan] = Probe(
-    "logs", "llmdoctor.probes.logs:scan_logs", "llmdoctor.logscan:LogScan",
+    "logs", "llmdoctor.probes.logs:scan_logs", "llmdoctor.logs.scan:LogScan",
     "the server's logs (--log FILE, --journal UNIT): OOMs, CUDA errors, preemption, load times",
     local=True, off=_no_logs,
     title="the server's logs (--log, --journal)",
@@ -412,11 +413,11 @@ DIAGNOSIS: Probe[Diagnosis] = Probe(
 )
 
 OUTCOMES: Probe[RequestLedger] = Probe(
-    "request_outcomes", "llmdoctor.probes.outcomes:request_outcomes", "llmdoctor.probes.outcomes:RequestLedger",
+    "request_outcomes", "llmdoctor.probes.outcomes:request_outcomes", "llmdoctor.measurements.ledger:RequestLedger",
     "every request's outcome (status, error, retry, empty or cut answer, refusal headers), by probe",
     closing=True, title="how every request ended")
 CLIENT_HOST: Probe[ClientHostResult] = Probe(
-    "client_host", "llmdoctor.probes.outcomes:client_host", "llmdoctor.probes.lag:ClientHostResult",
+    "client_host", "llmdoctor.probes.outcomes:client_host", "llmdoctor.measurements.client_host:ClientHostResult",
     "llmdoctor's own scheduling lag while it probed, and this host's CPU pressure", closing=True,
     title="llmdoctor's own lag and this machine's load")
 

@@ -44,7 +44,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from llmdoctor import __version__
-from llmdoctor.clocks import header_clocks
+from llmdoctor.analysis.clocks import header_clocks
+from llmdoctor.measurements.client_host import LagSampler
+from llmdoctor.measurements.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.client_settings import DEFAULT_MAX_BODY_BYTES, ClientSettings
 from llmdoctor.probes.clock import SYSTEM_CLOCK, Clock
 from llmdoctor.probes.errors import (
@@ -56,7 +58,6 @@ from llmdoctor.probes.errors import (
     classify,
     parse_retry_after,
 )
-from llmdoctor.probes.lag import LagSampler
 from llmdoctor.probes.stream_reader import (
     apply_completion,
     error_message,
@@ -67,7 +68,6 @@ from llmdoctor.probes.stream_reader import (
     read_stream,
     snippet,
 )
-from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.tls_context import ssl_context
 from llmdoctor.probes.trace_ids import IDS, new_ids
 from llmdoctor.probes.transports import (

@@ -25,8 +25,8 @@ from llmdoctor.probes.sizes import SINGLE_REQUESTS
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
-    from llmdoctor.probes.metrics import ServerMetrics
-    from llmdoctor.probes.timing import RequestTiming
+    from llmdoctor.measurements.server_metrics import ServerMetrics
+    from llmdoctor.measurements.timing import RequestTiming
 
 __all__ = ["ClientLimits", "ConcurrencyResult", "client_limits", "concurrency", "PORT_RANGE_FILE"]
 
@@ -248,8 +248,8 @@ def concurrency_step(ctx: Context, requested: int) -> ConcurrencyResult:
     from concurrent.futures import ThreadPoolExecutor
 
     from llmdoctor.context import ProbeUnavailable
+    from llmdoctor.measurements.client_host import worst_lag_ms
     from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
-    from llmdoctor.probes.lag import worst_lag_ms
 
     base = ctx.optional(BASELINE)
     model = base.model if base is not None else ctx.get(DISCOVERY).model

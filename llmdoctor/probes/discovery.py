@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.probes.timing import RequestTiming
+from llmdoctor.measurements.timing import RequestTiming
 
 __all__ = ["EndpointInfo", "discover"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from llmdoctor.probes.timing import ErrorKind, FailedBy, RequestTiming
+from llmdoctor.measurements.timing import ErrorKind, FailedBy, RequestTiming
 
 __all__ = ["BodyStop", "BudgetExhausted", "DeadlineReached", "PlanExceeded", "blame", "classify", "client_failure",
            "gateway_failure", "parse_retry_after"]

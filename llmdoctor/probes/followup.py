@@ -21,15 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 from llmdoctor.probes.sizes import CONCURRENCY_N, DEFAULT_IDLE_S
-from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
+    from llmdoctor.measurements.server_metrics import Histogram
     from llmdoctor.probes.client_limits import ConcurrencyResult
     from llmdoctor.probes.idle import IdleResult
-    from llmdoctor.probes.metrics import Histogram
 
 __all__ = [
     "CONCURRENCY_N",
@@ -193,7 +193,7 @@ class RepeatPromptResult:
 def repeat_prompt(ctx: Context) -> RepeatPromptResult:
     """Send one long prompt (fresh random prefix) twice with ``max_tokens=1`` (2 requests)."""
     from llmdoctor.context import ProbeUnavailable
-    from llmdoctor.probes.baseline import describe_failure
+    from llmdoctor.measurements.latency_samples import describe_failure
     from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
     from llmdoctor.probes.window import send_fitting
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, IDLE
-from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context

@@ -28,8 +28,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from llmdoctor.context import ProbeUnavailable
-from llmdoctor.inputs import MIB, BoundedStream, InputError, open_input
-from llmdoctor.logscan import LogScan, LogScanner
+from llmdoctor.inputs.bounded import MIB, BoundedStream, InputError, open_input
+from llmdoctor.logs.scan import LogScan, LogScanner
 from llmdoctor.probes.catalog import LOGS
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmdoctor.clocks import ollama_clocks
+from llmdoctor.analysis.clocks import ollama_clocks
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
-from llmdoctor.probes.timing import RequestTiming
 
 __all__ = ["NativeTimings", "native_timings"]
 
@@ -31,7 +31,8 @@ class NativeTimings:
 
 def native_timings(ctx: Context) -> NativeTimings:
     """Ollama: one ``POST /api/chat`` ("Say ok.", not streamed); any other backend: unavailable, nothing sent."""
-    from llmdoctor.probes.baseline import SAY_OK, describe_failure
+    from llmdoctor.measurements.latency_samples import describe_failure
+    from llmdoctor.probes.baseline import SAY_OK
 
     metrics = ctx.optional(SERVER_METRICS)
     backend = metrics.backend if metrics is not None else "unknown"

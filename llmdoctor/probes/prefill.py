@@ -11,8 +11,8 @@ When the server's own clock timed the prompt of both requests (llama.cpp's
 ``timings.prompt_ms`` in the final stream chunk), the same difference by that
 clock is kept too (`server_rate`): it excludes whatever the client's clock adds
 in front of the server (a gateway that scans the body, a slow upload), so the
-costs prefer it (`llmdoctor.costs`). A clock that cannot be true for the
-client's own measurement of the request (`llmdoctor.clocks.judge`: negative,
+costs prefer it (`llmdoctor.analysis.costs`). A clock that cannot be true for the
+client's own measurement of the request (`llmdoctor.analysis.clocks.judge`: negative,
 longer than the client's wait for the first token) is set aside, and a prompt
 clock that does not grow with the prompt is not used; the note says why.
 Metrics histograms are not used here: they are means over scrapes around the
@@ -43,12 +43,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from llmdoctor.clocks import judge
+from llmdoctor.analysis.clocks import judge
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.probes.baseline import describe_failure
+from llmdoctor.measurements.latency_samples import describe_failure
+from llmdoctor.measurements.timing import ClockKind, RequestTiming
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY, PROMPT_SIZE, SERVER_TOKENS
 from llmdoctor.probes.prompt_size import filler_prompt, long_prompt_words
-from llmdoctor.probes.timing import ClockKind, RequestTiming
 from llmdoctor.probes.window import send_fitting
 
 __all__ = ["PrefillResult", "ServerRate", "prefill", "server_rate"]

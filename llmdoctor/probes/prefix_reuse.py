@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.inputs.request_files import RequestFileError, iter_bodies
 from llmdoctor.probes.catalog import BASELINE, DISCOVERY, REQUESTS, SERVER_METRICS
 from llmdoctor.probes.sizes import PREFIX_REPEATS
-from llmdoctor.request_files import RequestFileError, iter_bodies
 
 __all__ = ["PrefixReuseResult", "VOLATILE_HEAD_CHARS", "prefix_reuse", "volatile_prefix"]
 
@@ -161,7 +161,7 @@ def prefix_reuse(ctx: Context) -> PrefixReuseResult:
     for _ in range(PREFIX_REPEATS):
         timing = ctx.client.chat(body["messages"], max_tokens=1, stream=True, extra=extra)
         if not timing.ok or timing.ttft_ms is None:
-            from llmdoctor.probes.baseline import describe_failure
+            from llmdoctor.measurements.latency_samples import describe_failure
 
             raise ProbeUnavailable(f"the repeated request ({source}) failed: {describe_failure(timing)}")
         timings.append(timing)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from llmdoctor.context import Context, ProbeUnavailable
-from llmdoctor.probes.baseline import BaselineResult, SweepResult
+from llmdoctor.measurements.latency_samples import BaselineResult, SweepResult
 from llmdoctor.probes.catalog import REFERENCE
 from llmdoctor.serde import SerdeError, from_data
 
@@ -44,7 +44,7 @@ def _probe(measurements: dict[str, Any], name: str, kind: type[T]) -> T | None:
 
 def reference_from_recording(path: str) -> Reference:
     """Read the reference from a recording file; raises `RecordingError` when unreadable."""
-    from llmdoctor.recording import FORMAT, RecordingError, read_recording_json
+    from llmdoctor.inputs.recording import FORMAT, RecordingError, read_recording_json
 
     data = read_recording_json(path, "--compare")
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("measurements"), dict):
@@ -64,7 +64,7 @@ def reference_from_recording(path: str) -> Reference:
 
 def reference(ctx: Context) -> Reference:
     """The probe: load ``options.gate.compare_file``."""
-    from llmdoctor.recording import RecordingError
+    from llmdoctor.inputs.recording import RecordingError
 
     path = ctx.options.gate.compare_file
     if not path:

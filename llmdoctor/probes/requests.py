@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.inputs.request_files import RequestFileError, RequestInfo, load_requests
 from llmdoctor.probes.catalog import REQUESTS
-from llmdoctor.request_files import RequestFileError, RequestInfo, load_requests
 
 __all__ = ["RequestSet", "read_requests"]
 

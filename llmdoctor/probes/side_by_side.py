@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK, describe_failure
+from llmdoctor.measurements.latency_samples import describe_failure
+from llmdoctor.measurements.timing import RequestTiming
+from llmdoctor.probes.baseline import BASELINE_MAX_TOKENS, SAY_OK
 from llmdoctor.probes.catalog import DISCOVERY, SIDE_BY_SIDE
 from llmdoctor.probes.errors import PlanExceeded
-from llmdoctor.probes.timing import RequestTiming
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context

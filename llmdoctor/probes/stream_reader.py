@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
-from llmdoctor.clocks import llamacpp_clocks
+from llmdoctor.analysis.clocks import llamacpp_clocks
+from llmdoctor.analysis.request_metrics import vllm_request_clocks
+from llmdoctor.measurements.timing import ErrorKind, RequestTiming
 from llmdoctor.probes.errors import BodyStop
 from llmdoctor.probes.sse import SSEError, SSEEvent, SSEParser
-from llmdoctor.probes.timing import ErrorKind, RequestTiming
 from llmdoctor.redact import Redactor
-from llmdoctor.request_metrics import vllm_request_clocks
 
 __all__ = [
     "MAX_READS_KEPT",
@@ -379,7 +379,7 @@ def _on_choice(choice: dict[str, Any], now_ms: float, timing: RequestTiming, st:
 
 def apply_final_chunk(obj: dict[str, Any], timing: RequestTiming) -> None:
     """What a server sends with its last chunk (or its whole answer): ``usage``, llama.cpp's ``timings``,
-    vLLM's per-request ``metrics`` (`llmdoctor.request_metrics`).
+    vLLM's per-request ``metrics`` (`llmdoctor.analysis.request_metrics`).
 
     Called for every chunk (a server may send usage on any) and for a non-streamed answer.
     """

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdoctor.context import Context, ProbeUnavailable
+from llmdoctor.inputs.request_files import RequestFileError, body_texts, iter_bodies
+from llmdoctor.inputs.textscan import clean
 from llmdoctor.probes.catalog import CONTEXT_WINDOW, DISCOVERY, PREFILL, REQUESTS, SERVER_TOKENS
 from llmdoctor.probes.sizes import SERVER_TOKENS_SAMPLE
-from llmdoctor.request_files import RequestFileError, body_texts, iter_bodies
-from llmdoctor.textscan import clean
 
 __all__ = [
     "TokenSample",
@@ -376,7 +376,7 @@ def _window(ctx: Context, server: ServerTokens | None) -> tuple[int | None, str]
 def known_window(ctx: Context, counted: PromptTokens | None) -> tuple[int | None, str]:
     """The window the application's requests are judged against, and its source: ``--context-window`` or
     the server's statement (`prompt_tokens`), else the window the server's refusal of our own prefill
-    prompt taught (a check calling this declares ``PREFILL``, as `llmdoctor.costs.TOKEN_COSTS` does)."""
+    prompt taught (a check calling this declares ``PREFILL``, as `llmdoctor.analysis.costs.TOKEN_COSTS` does)."""
     if ctx.options.workload.context_window:
         return ctx.options.workload.context_window, "--context-window"
     if counted is not None and counted.window:

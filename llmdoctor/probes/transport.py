@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from llmdoctor.measurements.timing import RequestTiming
 from llmdoctor.probes.catalog import BASELINE, DNS
 from llmdoctor.probes.proxy_path import ProxyPath, measure_proxy_path, tunnel
-from llmdoctor.probes.timing import RequestTiming
 from llmdoctor.proxies import ProxySettings, proxy_settings, target_route
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from llmdoctor.measurements.timing import ErrorKind
 from llmdoctor.probes.clock import Clock
 from llmdoctor.probes.errors import BudgetExhausted, DeadlineReached, PlanExceeded, classify, parse_retry_after
-from llmdoctor.probes.timing import ErrorKind
 from llmdoctor.probes.trace_ids import IDS, RequestIds
 from llmdoctor.proxies import Route
 from llmdoctor.target import ClientSetupError

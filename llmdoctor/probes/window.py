@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmdoctor.context import Context
-    from llmdoctor.probes.timing import RequestTiming
+    from llmdoctor.measurements.timing import RequestTiming
 
 __all__ = ["LearnedWindow", "Refusal", "Sent", "learn_window", "parse_refusal", "refit_words", "send_fitting"]
 
@@ -116,7 +116,7 @@ def learn_window(ctx: Context, failed: RequestTiming, prompt: str, words: int, p
     is asked again once, without streaming and with ``max_tokens`` 1. The refused requests are
     marked `misfit` (our probe did not fit: not the server failing). None: not a window refusal.
     """
-    from llmdoctor.probes.timing import FailedBy
+    from llmdoctor.measurements.timing import FailedBy
 
     refusal = _refusal_of(failed)
     read_from = failed

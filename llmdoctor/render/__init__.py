@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 
 __all__ = ["RENDERERS", "render"]
 

@@ -6,7 +6,7 @@ import re
 
 from llmdoctor.findings import Finding
 from llmdoctor.render.json import MASK
-from llmdoctor.report import Breakdown, Report
+from llmdoctor.reporting.report import Breakdown, Report
 
 __all__ = ["MASK", "accounting_line", "client_host_line", "cost_amount", "cost_phrase", "fix_short", "format_ms",
            "fit_summary", "format_evidence", "lower_first", "names_line", "phase_clock", "plural", "requests_line",

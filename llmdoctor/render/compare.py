@@ -10,7 +10,7 @@ import io
 import json
 from typing import TYPE_CHECKING, Any
 
-from llmdoctor.regress import Verdict
+from llmdoctor.analysis.regress import Verdict
 
 if TYPE_CHECKING:
     from llmdoctor.sidebyside import Side, SideBySide

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from llmdoctor.render.json import report_to_dict
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 from llmdoctor.target import display_url
 
 if TYPE_CHECKING:

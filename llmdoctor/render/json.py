@@ -22,9 +22,9 @@ from typing import Any
 
 from llmdoctor import __version__
 from llmdoctor.findings import Evidence, Finding
-from llmdoctor.probes.outcomes import ProbeTally, RequestOutcome
+from llmdoctor.measurements.ledger import ProbeTally, RequestOutcome
 from llmdoctor.render.diagnosis import diagnosis_to_dict
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 
 __all__ = ["report_to_dict", "render_json", "sanitise", "MASK"]
 

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 from llmdoctor.findings import Finding, Severity
 from llmdoctor.render.common import names_line, supporting_line
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 from llmdoctor.runner import CheckOutcome, Status
 
 __all__ = ["render_junit", "counts_as_failure"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from llmdoctor.render import view
 from llmdoctor.render.common import format_ms
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 
 __all__ = ["render_markdown"]
 

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from llmdoctor import __version__
 from llmdoctor.findings import Finding
-from llmdoctor.report import ExitCode, Report
+from llmdoctor.reporting.report import ExitCode, Report
 from llmdoctor.runner import Status
 from llmdoctor.target import display_url
 

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from llmdoctor.render import view
 from llmdoctor.render.common import format_ms
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 
 __all__ = ["render_terminal", "print_terminal", "make_console", "STYLES", "PIPE_WIDTH"]
 

@@ -35,7 +35,7 @@ from llmdoctor.render.common import (
     run_lines,
     split_summary,
 )
-from llmdoctor.report import Breakdown, Phase, Report
+from llmdoctor.reporting.report import Breakdown, Phase, Report
 from llmdoctor.runner import Status
 
 __all__ = [

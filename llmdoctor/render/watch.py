@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llmdoctor.render.json import report_to_dict
-from llmdoctor.report import Report
+from llmdoctor.reporting.report import Report
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

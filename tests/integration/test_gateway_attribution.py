@@ -39,15 +39,15 @@ from typing import Any
 import pytest
 from llmdoctor.checks.ld411_in_front_of_server import IN_FRONT_SHARE, MIN_IN_FRONT_MS
 
-from llmdoctor.attribution import Joined, join
-from llmdoctor.clocks import judge
-from llmdoctor.delivery import stream_shape
+from llmdoctor.analysis.clocks import judge
+from llmdoctor.analysis.delivery import stream_shape
+from llmdoctor.analysis.waterfall import Joined, join
 from llmdoctor.doctor import diagnose
 from llmdoctor.options import Options
 from llmdoctor.probes.client import ClientSettings, ProbeClient
 from llmdoctor.probes.prompt_size import filler_prompt
 from llmdoctor.render.json import report_to_dict
-from llmdoctor.report import SCHEMA_VERSION, Report
+from llmdoctor.reporting.report import SCHEMA_VERSION, Report
 from llmdoctor.runner import CheckOutcome, Status
 from llmdoctor.sim.profiles import get_profile
 from llmdoctor.sim.server import SimServer
@@ -383,7 +383,7 @@ def test_the_joined_prefill_and_decode_agree_with_llamacpps_own_log(llama_server
       1,244 ms, 3,914 vs 3,924 ms). Both spans are the server's wall clock, so a busy host stretches
       them alike; but a host that starves the server's event loop holds a whole answer until its end
       (32 tokens in 28 ms after a 1,669 ms wait for the first, the log's decode 456 ms): the stream's
-      shape against the log's own decode (`llmdoctor.delivery`) finds it held, and it is not compared.
+      shape against the log's own decode (`llmdoctor.analysis.delivery`) finds it held, and it is not compared.
 
     Each compared request must agree within 15% on both parts, and at least two of five must be
     comparable.

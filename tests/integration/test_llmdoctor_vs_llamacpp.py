@@ -428,7 +428,7 @@ def cold_server(llamacpp_version: str, tiny_gguf: Path, tmp_path: Path) -> Any:
 
 
 def _ld301_rule(first: dict[str, Any], samples: list[dict[str, Any]]) -> tuple[float, float, bool]:
-    from llmdoctor.stats import percentile
+    from llmdoctor.measurements.stats import percentile
 
     ttfts = [s["ttft_ms"] for s in samples if s["status"] == 200 and s["ttft_ms"] is not None]
     p50, p90 = percentile(ttfts, 50), percentile(ttfts, 90)

@@ -111,8 +111,8 @@ def test_a_push_replaces_the_endpoints_group_on_the_real_pushgateway(pushgateway
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from llmdoctor.export import push
     from llmdoctor.render.prometheus import result_for_report
+    from llmdoctor.reporting.publish import push
     from tests.test_prometheus import _report
 
     def findings() -> set[tuple[str, str]]:

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
+from llmdoctor.analysis.decode import server_decode
 from llmdoctor.context import Context
-from llmdoctor.decode import server_decode
 from llmdoctor.options import Options
 from llmdoctor.probes.backends import BACKENDS
 from llmdoctor.probes.catalog import BASELINE, PREFILL, PROMPT_SIZE, REPEAT_PROMPT, SERVER_METRICS
@@ -259,7 +259,7 @@ class TestQueue:
         with the background's (measured: queueing confirmed on a quiet host, nothing confirmed on a busy one).
 
         Which of our requests wait depends on timing: all of them (the floor is the queue), or some (then the
-        cost is what those paid, bounded by vLLM's queue histogram: `llmdoctor.queue_wait`). Recordings of
+        cost is what those paid, bounded by vLLM's queue histogram: `llmdoctor.analysis.queue_wait`). Recordings of
         each shape replay in tests/test_queue_wait.py. Where the floor (LD701) goes is not asserted: measured
         folded under queueing as a high floor, and listed beside it as an unstable one."""
         checked = queue.checked(busy)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from llmdoctor.analysis.request_metrics import FIELDS, FLAG
 from llmdoctor.probes.trace_ids import valid_traceparent
-from llmdoctor.request_metrics import FIELDS, FLAG
 from tests.vllm_cases import (
     HOSTS,
     KV_LOAD,

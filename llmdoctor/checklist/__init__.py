@@ -1,0 +1,2 @@
+"""Which checks exist: the built-in table, the generated index, entry points and plugins.
+"""
