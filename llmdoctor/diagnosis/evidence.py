@@ -275,17 +275,18 @@ def _lone(r: LoneRequestResult, f: Facts) -> tuple[list[Seen], Impacts]:
     if outside is not None and client:
         seen = f"client time to first token {client:,.0f} ms, server's {r.server_ttft_ms:,.0f} ms"
         near = f.models_ms is not None and f.models_ms <= NET.near_request_ms
-        if GATEWAY.outside(outside, client) and near:
+        far_out = GATEWAY.outside(outside, client)
+        if far_out and near:
             # GET /v1/models answers at once: the path is short, the time is spent in front of the model
             out += [(Cause.GATEWAY_OVERHEAD, STRONG, f"{seen}: {outside:,.0f} ms outside the model server, though "
                                                      f"GET /v1/models took {f.models_ms:,.1f} ms"),
                     (Cause.SLOW_NETWORK, 1 / WEAK, f"{seen}: a trivial request is fast, the path is short")]
             impacts[Cause.GATEWAY_OVERHEAD] = (outside, "client minus server time to first token of a lone request")
-        elif GATEWAY.outside(outside, client) and outside <= noise_ms(f.confounders, [r.request.client_lag_ms]):
-            pass  # the client's own lag explains the time outside the server: no evidence of a path
-        elif GATEWAY.outside(outside, client):
-            out.append((Cause.SLOW_NETWORK, STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
-            out.append((Cause.GATEWAY_OVERHEAD, WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
+        elif far_out:
+            # unless the client's own lag explains the time outside the server: then no evidence of a path
+            if outside > noise_ms(f.confounders, [r.request.client_lag_ms]):
+                out.append((Cause.SLOW_NETWORK, STRONG, f"{seen}: {outside:,.0f} ms outside the server"))
+                out.append((Cause.GATEWAY_OVERHEAD, WEAK, f"{seen}: {outside:,.0f} ms outside the server"))
         elif GATEWAY.inside(outside, client):
             out.append((Cause.SLOW_NETWORK, 1 / STRONG, f"{seen}: the time is spent in the server"))
             out.append((Cause.GATEWAY_OVERHEAD, 1 / STRONG, f"{seen}: nothing in front of the model costs time"))
