@@ -288,6 +288,15 @@ class Context:
         measuring: the probes not measured yet are marked interrupted, and it is re-raised.
         """
         self._scheduled = frozenset(schedule)
+        for probe in schedule:
+            # Import every probe's code before the first request: a probe imported lazily mid-run needs a
+            # file descriptor, and a run that meets this client's open-file limit (EMFILE) must still
+            # load the probes that account for it. A probe that fails to import fails again, recorded,
+            # when its turn comes.
+            try:
+                probe.resolve_function()
+            except Exception:  # noqa: BLE001, S112 - recorded by `_run_probe` in its turn
+                continue
         try:
             for probe in schedule:
                 self._ensure(probe)

@@ -12,7 +12,7 @@ from llmdoctor.findings import Finding, Severity
 from llmdoctor.measurements.client_host import ClientHostResult
 from llmdoctor.measurements.ledger import ProbeTally, RequestLedger, RequestOutcome
 from llmdoctor.measurements.timing import ErrorKind
-from llmdoctor.runner import CheckOutcome
+from llmdoctor.runner import CheckOutcome, Status
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -166,13 +166,16 @@ class Report:
         something critical (2). States rank OK < WARNING < UNKNOWN < CRITICAL, as Icinga ranks
         them when it aggregates. Generation requests that failed, and requests of any probe that got
         no answer, make the run at least a WARNING, even when no selected check reported them: a run
-        whose requests failed is never OK.
+        whose requests failed is never OK. A check that crashed (or whose plugin failed to load) leaves
+        the checklist incomplete, like an interruption: 3 UNKNOWN unless something critical was found,
+        never OK.
         """
         code = exit_code_for(self.findings, self.fail_on)
         if (code == ExitCode.OK and self.fail_on == "warning" and self.accounting is not None
                 and self.accounting.troubled):
             code = ExitCode.WARNING
-        if self.interrupted and code != ExitCode.CRITICAL:
+        incomplete = self.interrupted or any(o.status == Status.CRASHED for o in self.checks)
+        if incomplete and code != ExitCode.CRITICAL:
             return ExitCode.UNKNOWN
         return code
 
