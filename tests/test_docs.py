@@ -36,5 +36,8 @@ def test_the_readme_is_for_the_first_ten_minutes() -> None:
     assert len(readme.splitlines()) < 200
     assert "python -m venv .venv && . .venv/bin/activate" in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    command = "python -m pip install -e '.[test,test-llamacpp]' && python -m pytest -m \"not slow\" && python -m pytest -m slow"
+    command = (
+        "python -m pip install -e '.[test,test-llamacpp]'"
+        " && python -m pytest -m \"not slow\" && python -m pytest -m slow"
+    )
     assert command in readme and ci.rstrip().endswith(command)  # CI runs exactly the README's test command
