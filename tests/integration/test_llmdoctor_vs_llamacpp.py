@@ -370,8 +370,13 @@ def test_streamed_totals_agree_with_the_servers_own_log(
     report = result.report
     assert result.code in (0, 1, 2), result.err
     ran = {c["check_id"]: c["status"] for c in report["checks"]}
-    assert ran["LD701"] in ("passed", "failed") and ran["LD702"] in ("passed", "failed")
-    assert ran["LD703"] in ("passed", "failed")
+    reasons = {c["check_id"]: c["reason"] for c in report["checks"]}
+    # LD701 may skip, truthfully, when the floor is low and its spread within what this client's own
+    # scheduling lag explains (rehearsal run of stop 31, on a machine where the client woke late); any
+    # other skip, or a crash, is a failure.
+    assert ran["LD701"] in ("passed", "failed") or (
+        ran["LD701"] == "skipped" and "scheduling lag" in reasons["LD701"]), (ran["LD701"], reasons["LD701"])
+    assert ran["LD702"] in ("passed", "failed") and ran["LD703"] in ("passed", "failed"), (ran, reasons)
     # A loaded host (another server decoding, abandoned requests of a busy run still generating) may leave
     # the sweep's slope undetermined: then the fit must say so instead of a number.
     breakdown = report["breakdown"]
