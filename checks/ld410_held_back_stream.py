@@ -12,7 +12,8 @@ from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.measurements.client_host import ClientHostResult
-from llmdoctor.probes.catalog import ATTRIBUTION, CLIENT_HOST
+from llmdoctor.probes.catalog import ATTRIBUTION, CLIENT_HOST, HOST
+from llmdoctor.probes.host import HostResult
 
 #: A stream says something about holding only when it should have taken this long to arrive.
 MIN_EXPECTED_MS = 2 * MIN_HELD_MS
@@ -45,6 +46,17 @@ def _split_by_lag(held: list[StreamShape]) -> tuple[list[StreamShape], list[Stre
     for s in held:
         (explained if explained_by_lag(s.held_ms, s.client_lag_ms) else unexplained).append(s)
     return explained, unexplained
+
+
+def _starved_sender(client: ClientHostResult | None, host: HostResult | None) -> str:
+    """Why the server's own writer may have sent the events late, in words ("" when it cannot have).
+
+    The server's process shares a saturated host with the client: it is starved too, makes its tokens
+    on time by its engine's clock and writes their events late, one by one, as it gets the CPU.
+    """
+    if client is None or not client.saturated or host is None or not host.serves_endpoint:
+        return ""
+    return f"the endpoint is served from this host, which was saturated ({client.readings()})"
 
 
 def _by_how_much(streams: list[StreamShape]) -> str:
@@ -117,6 +129,13 @@ class HeldBackStream(Check):
     scheduling lag while it streamed is no evidence of a hop, and is left out; when that leaves too
     few held streams the check is skipped, saying by how much (measured on a healthy real vLLM
     sharing 2 cores with the client: 169 ms missing against a worst lag of 96 ms while it streamed).
+    A server on the client's own saturated host is starved too: its engine makes the tokens on time
+    by its own clock and its writer sends their events late, each in a read of its own (measured on a
+    real vLLM 0.32 with its per-request clocks, one busy loop per core: 216 ms "spread, but late"
+    while llmdoctor's own lag stayed under half of that). A hop that holds the stream releases the
+    events together (one read, or bursts), so held answers that came one event to a read are left
+    out when the endpoint is served from this host and the host was saturated; when that leaves too
+    few, the check is skipped, saying so.
     Behind a real nginx on a busy host the holds are 28-60 ms against lags of 4-9 ms, and it fires.
     A server that itself writes its events in batches looks held by its own clock too; compare with
     a request sent to the model server directly. Sources for the fixes: nginx ngx_http_proxy_module
@@ -138,7 +157,7 @@ class HeldBackStream(Check):
     title = "Stream held back on the way"
     category = Category.NETWORK
     requires = (ATTRIBUTION,)
-    optional = (CLIENT_HOST,)
+    optional = (CLIENT_HOST, HOST)
 
     def run(self, ctx: Context) -> Iterator[Finding]:
         att = ctx.get(ATTRIBUTION)
@@ -162,6 +181,18 @@ class HeldBackStream(Check):
                 f"scheduling lag while they streamed explains {len(explained)} of them ({_by_how_much(explained)}): "
                 "a client starved of CPU reads the socket late and sees the tokens in bursts as a buffering hop "
                 "would show them. Rerun from a quieter host")
+        # Each event in a read of its own, but late: the bytes left the sender one event at a time, so no hop
+        # held them (a buffer releases them together). A starved server's own writer sends them that way.
+        sender = _starved_sender(ctx.optional(CLIENT_HOST), ctx.optional(HOST))
+        spread = [s for s in unexplained if not s.pattern] if sender else []
+        if spread:
+            unexplained = [s for s in unexplained if s.pattern]
+            if len(unexplained) < MIN_HELD_STREAMS or len(unexplained) < HELD_MAJORITY * len(judged):
+                raise CheckSkipped(
+                    f"{len(held)} of {len(judged)} streamed answers arrived late, but {len(spread)} of them came one "
+                    f"event to a read, as their sender wrote them, and {sender}: the server's own process, starved "
+                    "of CPU, writes its events late one by one; a buffering hop releases them together. Rerun from a "
+                    "quieter host")
         judged_held = len(held)
         held = unexplained
         # Only the sweep's rate, measured by this client, anchors them: a starved client looks the same.
@@ -206,6 +237,9 @@ class HeldBackStream(Check):
         if explained:
             evidence.append(Evidence("held answers the client's own lag explains (left out)",
                                      f"{len(explained)} / {judged_held}", "", "lag sampler"))
+        if spread:
+            evidence.append(Evidence("held answers sent one event to a read by a server on this saturated host "
+                                     "(left out)", f"{len(spread)} / {judged_held}", "", "host, client_host"))
         if pressure:
             evidence += [
                 Evidence("client under pressure (confidence lowered)", pressure, "", "client_host, lag sampler"),

@@ -140,7 +140,7 @@ CHECKS: tuple[Row, ...] = (
     ),
     (
         'LD410', 'held-back-stream', 'Stream held back on the way', 'network', 410,
-        'llmdoctor.checks.ld410_held_back_stream:HeldBackStream', ('attribution',), ('client_host',),
+        'llmdoctor.checks.ld410_held_back_stream:HeldBackStream', ('attribution',), ('client_host', 'host'),
     ),
     (
         'LD411', 'in-front-of-server', 'Time spent in front of the model server', 'network', 411,
