@@ -42,6 +42,7 @@ from tests.vllm_cases import (
     KV_LOAD,
     QUEUE_LOAD,
     Case,
+    case_finding,
     check,
     findings,
     first,
@@ -261,13 +262,15 @@ class TestQueue:
         Which of our requests wait depends on timing: all of them (the floor is the queue), or some (then the
         cost is what those paid, bounded by vLLM's queue histogram: `llmdoctor.analysis.queue_wait`). Recordings of
         each shape replay in tests/test_queue_wait.py. Where the floor (LD701) goes is not asserted: measured
-        folded under queueing as a high floor, and listed beside it as an unstable one."""
+        folded under queueing as a high floor, and listed beside it as an unstable one; on the busy host, where
+        the busy loops starve vLLM's engine too, a floor of 1,742 ms ranked above a queue of 785 ms by vLLM's
+        clock (CI, 2026-12-03), which `tests.vllm_cases` allows while LD208 says the server's host was saturated."""
         checked = queue.checked(busy)
         report = checked.report
         assert not queue_problems(report), summary(report)
-        top = first(report)
-        assert any("queue time" in e["label"] for e in top["evidence"]), top["evidence"]
-        assert first_in_text(checked.text) == top["check_id"]
+        top = case_finding(report, lambda f: f.get("cause") == "queueing")
+        assert top is not None and any("queue time" in e["label"] for e in top["evidence"]), summary(report)
+        assert first_in_text(checked.text) == first(report)["check_id"]
 
 
 # -- KV-cache pressure ----------------------------------------------------------------------------
