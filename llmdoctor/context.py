@@ -15,6 +15,7 @@ a probe it did not declare raises `UndeclaredRead`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -34,12 +35,22 @@ if TYPE_CHECKING:
     from llmdoctor.measurements.timing import RequestTiming
     from llmdoctor.probes.client import ProbeClient
 
-__all__ = ["Context", "ProbeStatus", "ProbeUnavailable", "Results", "STRICT_ENV", "UndeclaredRead"]
+__all__ = ["Context", "ProbeStatus", "ProbeUnavailable", "Results", "STRICT_ENV", "UndeclaredRead", "probe_function"]
 
 T = TypeVar("T")
 
 #: Environment variable that turns strict probe reads on (the test suite sets it).
 STRICT_ENV = "LLMDOCTOR_STRICT_PROBES"
+
+
+def probe_function(probe: Probe[T]) -> Callable[[Context], T]:
+    """Import and return the function that measures `probe` (its declaration names it as ``module:attr``).
+
+    It lives here, with the context it is called with, so that the probe contract needs no import of
+    the context: the contract is the layer below it.
+    """
+    module, _, attr = probe.function.partition(":")
+    return cast("Callable[[Context], T]", getattr(importlib.import_module(module), attr))
 
 
 class ProbeUnavailable(Exception):
@@ -294,7 +305,7 @@ class Context:
             # load the probes that account for it. A probe that fails to import fails again, recorded,
             # when its turn comes.
             try:
-                probe.resolve_function()
+                probe_function(probe)
             except Exception:  # noqa: BLE001, S112 - recorded by `_run_probe` in its turn
                 continue
         try:
@@ -426,7 +437,7 @@ class Context:
         allowed = frozenset((*spec.needs, *spec.optional_under(self.options)))
         self._readers.append(_Reader(name, allowed, frozenset(spec.orders), False, spec))
         try:
-            value = spec.resolve_function()(self)
+            value = probe_function(spec)(self)
         except ProbeUnavailable as exc:
             status = ProbeStatus(name, False, exc.reason)
             value = None

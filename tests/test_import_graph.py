@@ -44,25 +44,26 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _walk(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node below `node`, skipping the bodies of ``if TYPE_CHECKING:`` (not their ``else``)."""
+def _walk(node: ast.AST, type_checking: bool = False) -> Iterator[ast.AST]:
+    """Every node below `node`, skipping the bodies of ``if TYPE_CHECKING:`` (not their ``else``) unless
+    `type_checking` (what mypy reads)."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
+        if not type_checking and isinstance(child, ast.If) and _is_type_checking(child.test):
             for other in child.orelse:
                 yield other
                 yield from _walk(other)
             continue
         yield child
-        yield from _walk(child)
+        yield from _walk(child, type_checking)
 
 
 def _package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[Import]:
+def _imports(name: str, path: Path, modules: dict[str, Path], type_checking: bool = False) -> Iterator[Import]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    for node in _walk(tree):
+    for node in _walk(tree, type_checking):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
@@ -87,10 +88,26 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[Import
                 yield Import(name, module, node.lineno, tuple(attrs))
 
 
-def _graph() -> tuple[dict[str, Path], list[Import]]:
+def _graph(type_checking: bool = False) -> tuple[dict[str, Path], list[Import]]:
     modules = _modules()
-    edges = [imp for name, path in modules.items() for imp in _imports(name, path, modules)]
+    edges = [imp for name, path in modules.items() for imp in _imports(name, path, modules, type_checking)]
     return modules, edges
+
+
+#: Cycles that only the type checker sees (``if TYPE_CHECKING:`` imports included), by their members: this
+#: list may only shrink (issue 24). The one left: the probe handles (`llmdoctor.probes.catalog`) name each
+#: probe's result type, which still lives in the probe's own module, and those modules import the handles;
+#: it goes when the result types move to `llmdoctor.measurements`. (context <-> probes.contract went: the
+#: context resolves a probe's function itself, `llmdoctor.context.probe_function`.)
+TYPE_CHECKING_CYCLES: list[frozenset[str]] = [frozenset({
+    "llmdoctor.analysis.waterfall", "llmdoctor.inputs.recording", "llmdoctor.probes.attribution",
+    "llmdoctor.probes.baseline", "llmdoctor.probes.catalog", "llmdoctor.probes.client_limits",
+    "llmdoctor.probes.followup", "llmdoctor.probes.gpu", "llmdoctor.probes.idle", "llmdoctor.probes.metrics",
+    "llmdoctor.probes.native_clocks", "llmdoctor.probes.prefill", "llmdoctor.probes.prefix_reuse",
+    "llmdoctor.probes.prompt_size", "llmdoctor.probes.reference", "llmdoctor.probes.requests",
+    "llmdoctor.probes.side_by_side", "llmdoctor.probes.tokens", "llmdoctor.probes.transport",
+    "llmdoctor.probes.window", "llmdoctor.reporting.report", "llmdoctor.runner",
+})]
 
 
 def _private(name: str) -> bool:
@@ -195,3 +212,15 @@ def test_no_module_imports_a_private_name_of_another() -> None:
                     and node.value.id in aliases and _private(node.attr) and aliases[node.value.id] != name):
                 found.append(f"{name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
     assert not found, "private names reached across modules:\n" + "\n".join(sorted(set(found)))
+
+
+def test_type_checking_imports_make_no_new_cycle() -> None:
+    """What mypy reads: no cycle but those listed, none of them grown, none fixed and still listed."""
+    modules, edges = _graph(type_checking=True)
+    found = [frozenset(c) for c in _cycles(set(modules), edges)]
+    new = [sorted(c) for c in found if not any(c <= allowed for allowed in TYPE_CHECKING_CYCLES)]
+    assert not new, f"new import cycles under TYPE_CHECKING: {new}"
+    gone = [sorted(a) for a in TYPE_CHECKING_CYCLES if a not in found]
+    assert not gone, f"a listed cycle changed or went: shrink TYPE_CHECKING_CYCLES to what is left: {gone}"
+    # the detector sees type-checking edges, or this passes vacuously
+    assert ("llmdoctor.probes.catalog", "llmdoctor.probes.host") in {(e.source, e.target) for e in edges}

@@ -24,7 +24,7 @@ import pytest
 
 from llmdoctor.check import Category, Check
 from llmdoctor.checklist.registry import Registry, load_registry
-from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead
+from llmdoctor.context import Context, ProbeUnavailable, UndeclaredRead, probe_function
 from llmdoctor.diagnosis.evidence import FOLLOWUPS, Facts
 from llmdoctor.findings import Confidence, Finding, Fix, Severity
 from llmdoctor.options import Options
@@ -358,7 +358,7 @@ def test_the_catalog_lists_every_probe_once_in_its_order() -> None:
 
 @pytest.mark.parametrize("probe", ORDER, ids=lambda p: p.name)
 def test_each_declaration_names_its_function_and_result_type(probe: Probe[object]) -> None:
-    function = probe.resolve_function()
+    function = probe_function(probe)
     result_type = probe.resolve_type()
     returns = function.__annotations__["return"]  # a string: the probe modules use postponed annotations
     assert returns == result_type.__name__, f"{probe.function} returns {returns}, declared {result_type}"

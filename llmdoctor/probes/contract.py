@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from llmdoctor.context import Context
     from llmdoctor.options import Options
     from llmdoctor.target import Target
 
@@ -142,10 +141,6 @@ class Probe(Generic[T_co]):
     def sends(self) -> bool:
         """Whether it may send HTTP requests to the endpoint."""
         return self.plan is not None
-
-    def resolve_function(self) -> Callable[[Context], T_co]:
-        """Import and return the probe function."""
-        return cast("Callable[[Context], T_co]", _import(self.function))
 
     def resolve_type(self) -> type[T_co]:
         """Import and return the result dataclass."""
