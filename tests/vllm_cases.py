@@ -43,9 +43,10 @@ from tests.processes import busy_loops
 from tests.vllm_server import BackgroundLoad, VllmServer, wait_for_metric, words
 
 __all__ = [
-    "CHECK_TIMEOUT_S", "HOSTS", "KV_CAUSES", "KV_CHECKS", "KV_LOAD", "QUEUE_LOAD", "STARVED_COMPUTE_CHECKS", "Case",
-    "Checked", "case_finding", "check", "findings", "first", "first_in_text", "healthy_problems", "kv_problems",
-    "queue_problems", "server_host_saturated", "summary", "under_load",
+    "CHECK_TIMEOUT_S", "HOSTS", "KV_CAUSES", "KV_CHECKS", "KV_LOAD", "QUEUE_HOSTS", "QUEUE_LOAD",
+    "STARVED_COMPUTE_CHECKS", "Case", "Checked", "case_finding", "check", "findings", "first", "first_in_text",
+    "healthy_problems", "kv_problems", "queue_confirmed_but", "queue_problems", "server_host_saturated", "summary",
+    "under_load",
 ]
 
 CHECK_TIMEOUT_S = 420
@@ -57,6 +58,18 @@ CHECK_TIMEOUT_S = 420
 STARVED_COMPUTE_CHECKS = ("LD701", "LD702", "LD703")
 #: The host a case's check runs on: as it is, or with one busy loop per core (slow: the check takes longer).
 HOSTS = (pytest.param(False, id="quiet"), pytest.param(True, id="busy", marks=pytest.mark.slow))
+#: The queue case's hosts without per-request clocks. On the busy host the case itself does not always
+#: happen, and without each request's own clock nothing tells when it did not: the background threads,
+#: starved by the busy loops, leave vLLM's one slot idle when ours arrive (measured 2026-12-03: with the
+#: clocks, 5 of our 6 requests waited 0 ms by vLLM's own clock; without them, 2 of 6 came in 33-39 ms, and
+#: LD203 found no queue in 1 of 3 runs). So the busy run is an expected failure that may pass (it passed in
+#: CI that day); the clocked module (test_vllm_request_clocks.py) asserts the busy case strictly whenever
+#: vLLM's own clock says it happened.
+_QUEUE_MAY_NOT_HAPPEN = pytest.mark.xfail(
+    strict=False, reason="issue 26: on a busy host the background cannot always keep vLLM's one slot busy, and "
+                         "without per-request clocks nothing tells when the queue did not happen")
+QUEUE_HOSTS = (pytest.param(False, id="quiet"),
+               pytest.param(True, id="busy", marks=[pytest.mark.slow, _QUEUE_MAY_NOT_HAPPEN]))
 KV_CHECKS = ("LD204", "LD205", "LD210")
 KV_CAUSES = ("kv_cache_pressure",)  # llmdoctor.causes.Cause.KV_CACHE_PRESSURE
 #: The queue case's background (with QUEUE_ARGS): two threads each asking for a 200-token answer after
@@ -158,6 +171,11 @@ def _ranking_problems(report: dict[str, Any], is_case: Callable[[dict[str, Any]]
     if not ahead or (server_host_saturated(report) and all(f["check_id"] in STARVED_COMPUTE_CHECKS for f in ahead)):
         return []
     return [f"{what} is not first"]
+
+
+def queue_confirmed_but(report: dict[str, Any], *allowed: str) -> list[str]:
+    """The causes the diagnosis confirmed other than `allowed`."""
+    return [c for c in _confirmed(report) if c not in allowed]
 
 
 def queue_problems(report: dict[str, Any]) -> list[str]:

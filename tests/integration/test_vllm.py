@@ -40,6 +40,7 @@ from tests.cliutil import Result, run_process
 from tests.vllm_cases import (
     HOSTS,
     KV_LOAD,
+    QUEUE_HOSTS,
     QUEUE_LOAD,
     Case,
     case_finding,
@@ -234,7 +235,7 @@ def queue(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempP
                           "vllm:num_requests_waiting", QUEUE_LOAD)
 
 
-@pytest.mark.parametrize("busy", HOSTS)
+@pytest.mark.parametrize("busy", QUEUE_HOSTS)
 class TestQueue:
     """``--max-num-seqs 1`` and two background streams: our requests wait their turn (quiet and busy host)."""
 

@@ -14,6 +14,7 @@ case confirms no false cause) is ``test_vllm.py``.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.vllm_cases import (
     first_in_text,
     healthy_problems,
     kv_problems,
+    queue_confirmed_but,
     queue_problems,
     summary,
     under_load,
@@ -118,6 +120,14 @@ class TestQueue:
         waits = [c["ms"] for t in _baseline(checked.measurements) for c in t["server_clocks"]
                  if c["source"] == "metrics.queue_time_ms"]
         print(f"our requests' own queue times {[round(w) for w in waits]} ms")
+        if busy and waits and statistics.median(waits) < 50:
+            # The busy loops starve the background threads too: vLLM's one slot can be idle when ours arrive
+            # (measured 2026-12-03: ours waited [885, 0, 0, 0, 0, 0] ms by vLLM's own clock). Then there is no
+            # queue of the typical request to name (one of ours may have waited: queueing may stand); what the
+            # doctor must still not do is confirm another cause.
+            assert not queue_confirmed_but(report, "queueing"), summary(report)
+            pytest.skip(f"the queue did not happen on the busy host: vLLM's own clock says our requests waited "
+                        f"{[round(w) for w in waits]} ms (median under 50 ms)")
         assert waits and max(waits) >= 50, f"vLLM's clock says none of ours waited: {waits}"
         # The typical request's queue phase, when it has one, is vLLM's clock. It may have none: measured
         # 2026-12-02 (a run with three background streams), ours waited [1045, 1424, 0, 0, 0, 0] ms, and the
