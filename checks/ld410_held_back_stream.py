@@ -48,6 +48,11 @@ def _split_by_lag(held: list[StreamShape]) -> tuple[list[StreamShape], list[Stre
     return explained, unexplained
 
 
+def _too_few(held: list[StreamShape], judged: list[StreamShape]) -> bool:
+    """Too few held streams for the finding: under `MIN_HELD_STREAMS`, or under `HELD_MAJORITY` of those judged."""
+    return len(held) < MIN_HELD_STREAMS or len(held) < HELD_MAJORITY * len(judged)
+
+
 def _starved_sender(client: ClientHostResult | None, host: HostResult | None) -> str:
     """Why the server's own writer may have sent the events late, in words ("" when it cannot have).
 
@@ -170,12 +175,12 @@ class HeldBackStream(Check):
                    "to arrive (too few tokens, or too fast a server)")
             raise CheckSkipped(why)
         held = [s for s in judged if s.held]
-        if len(held) < MIN_HELD_STREAMS or len(held) < HELD_MAJORITY * len(judged):
+        if _too_few(held, judged):
             return
         # Whatever the token clock, a client that reads late sees less of the decode: holds its lag explains
         # are no evidence of a hop.
         explained, unexplained = _split_by_lag(held)
-        if len(unexplained) < MIN_HELD_STREAMS or len(unexplained) < HELD_MAJORITY * len(judged):
+        if _too_few(unexplained, judged):
             raise CheckSkipped(
                 f"{len(held)} of {len(judged)} streamed answers arrived late or in bursts, but llmdoctor's own "
                 f"scheduling lag while they streamed explains {len(explained)} of them ({_by_how_much(explained)}): "
@@ -187,7 +192,7 @@ class HeldBackStream(Check):
         spread = [s for s in unexplained if not s.pattern] if sender else []
         if spread:
             unexplained = [s for s in unexplained if s.pattern]
-            if len(unexplained) < MIN_HELD_STREAMS or len(unexplained) < HELD_MAJORITY * len(judged):
+            if _too_few(unexplained, judged):
                 raise CheckSkipped(
                     f"{len(held)} of {len(judged)} streamed answers arrived late, but {len(spread)} of them came one "
                     f"event to a read, as their sender wrote them, and {sender}: the server's own process, starved "
