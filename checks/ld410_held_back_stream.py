@@ -48,6 +48,11 @@ def _split_by_lag(held: list[StreamShape]) -> tuple[list[StreamShape], list[Stre
     return explained, unexplained
 
 
+#: Processes that are proxies, not model servers: listening on the endpoint's port, they are a hop on this host.
+PROXY_PROCESSES = ("haproxy", "nginx", "openresty", "envoy", "caddy", "tinyproxy", "traefik", "squid", "varnishd",
+                   "httpd", "apache2", "lighttpd")
+
+
 def _too_few(held: list[StreamShape], judged: list[StreamShape]) -> bool:
     """Too few held streams for the finding: under `MIN_HELD_STREAMS`, or under `HELD_MAJORITY` of those judged."""
     return len(held) < MIN_HELD_STREAMS or len(held) < HELD_MAJORITY * len(judged)
@@ -61,7 +66,11 @@ def _starved_sender(client: ClientHostResult | None, host: HostResult | None) ->
     """
     if client is None or not client.saturated or host is None or not host.serves_endpoint:
         return ""
-    return f"the endpoint is served from this host, which was saturated ({client.readings()})"
+    listener = host.server_process
+    if listener is None or listener.name.lower() in PROXY_PROCESSES:
+        return ""  # a proxy listens on this host: it is a hop, and may hold the stream (haproxy, starved, does)
+    return (f"the endpoint is served from this host by process {listener.pid} ({listener.name}), not a proxy, and "
+            f"the host was saturated ({client.readings()})")
 
 
 def _by_how_much(streams: list[StreamShape]) -> str:
@@ -139,8 +148,9 @@ class HeldBackStream(Check):
     real vLLM 0.32 with its per-request clocks, one busy loop per core: 216 ms "spread, but late"
     while llmdoctor's own lag stayed under half of that). A hop that holds the stream releases the
     events together (one read, or bursts), so held answers that came one event to a read are left
-    out when the endpoint is served from this host and the host was saturated; when that leaves too
-    few, the check is skipped, saying so.
+    out when the endpoint is served from this host by a process that is not a proxy (a proxy on the
+    port is a hop: a real haproxy starved by four busy loops per core passes a held stream one event
+    to a read too) and the host was saturated; when that leaves too few, the check is skipped, saying so.
     Behind a real nginx on a busy host the holds are 28-60 ms against lags of 4-9 ms, and it fires.
     A server that itself writes its events in batches looks held by its own clock too; compare with
     a request sent to the model server directly. Sources for the fixes: nginx ngx_http_proxy_module
