@@ -64,10 +64,8 @@ def _starved_sender(client: ClientHostResult | None, host: HostResult | None) ->
     The server's process shares a saturated host with the client: it is starved too, makes its tokens
     on time by its engine's clock and writes their events late, one by one, as it gets the CPU.
     """
-    if client is None or not client.saturated or host is None or not host.serves_endpoint:
-        return ""
-    listener = host.server_process
-    if listener is None or listener.name.lower() in PROXY_PROCESSES:
+    listener = host.server_process if host is not None else None
+    if client is None or not client.saturated or listener is None or listener.name.lower() in PROXY_PROCESSES:
         return ""  # a proxy listens on this host: it is a hop, and may hold the stream (haproxy, starved, does)
     return (f"the endpoint is served from this host by process {listener.pid} ({listener.name}), not a proxy, and "
             f"the host was saturated ({client.readings()})")
@@ -198,7 +196,8 @@ class HeldBackStream(Check):
                 "would show them. Rerun from a quieter host")
         # Each event in a read of its own, but late: the bytes left the sender one event at a time, so no hop
         # held them (a buffer releases them together). A starved server's own writer sends them that way.
-        sender = _starved_sender(ctx.optional(CLIENT_HOST), ctx.optional(HOST))
+        client = ctx.optional(CLIENT_HOST)
+        sender = _starved_sender(client, ctx.optional(HOST))
         spread = [s for s in unexplained if not s.pattern] if sender else []
         if spread:
             unexplained = [s for s in unexplained if s.pattern]
@@ -211,7 +210,7 @@ class HeldBackStream(Check):
         judged_held = len(held)
         held = unexplained
         # Only the sweep's rate, measured by this client, anchors them: a starved client looks the same.
-        pressure = "" if any(s.server_clocked for s in held) else _host_pressure(ctx.optional(CLIENT_HOST), held)
+        pressure = "" if any(s.server_clocked for s in held) else _host_pressure(client, held)
         hops = hop_headers(att.proxy_headers)
         short, whole = whole_short_answers(att.shapes)
         held_whole = len(whole) >= MIN_HELD_STREAMS and len(whole) >= HELD_MAJORITY * len(short)

@@ -15,7 +15,6 @@ a probe it did not declare raises `UndeclaredRead`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from llmdoctor.deadline import Deadline, DeadlineExceeded
 from llmdoctor.options import Options
-from llmdoctor.probes.contract import AnyProbe, Endpoint, Probe
+from llmdoctor.probes.contract import AnyProbe, Endpoint, Probe, import_ref
 from llmdoctor.serde import SerdeError, from_data, to_data
 from llmdoctor.target import ClientSetupError, Target
 
@@ -49,8 +48,7 @@ def probe_function(probe: Probe[T]) -> Callable[[Context], T]:
     It lives here, with the context it is called with, so that the probe contract needs no import of
     the context: the contract is the layer below it.
     """
-    module, _, attr = probe.function.partition(":")
-    return cast("Callable[[Context], T]", getattr(importlib.import_module(module), attr))
+    return cast("Callable[[Context], T]", import_ref(probe.function))
 
 
 class ProbeUnavailable(Exception):

@@ -46,8 +46,8 @@ from tests.vllm_server import BackgroundLoad, VllmServer, wait_for_metric, words
 __all__ = [
     "CHECK_TIMEOUT_S", "HOSTS", "KV_CAUSES", "KV_CHECKS", "KV_LOAD", "QUEUE_HOSTS", "QUEUE_LOAD",
     "STARVED_COMPUTE_CHECKS", "Case", "Checked", "case_finding", "check", "findings", "first", "first_in_text",
-    "healthy_problems", "kv_problems", "queue_confirmed_but", "queue_problems", "server_host_saturated", "summary",
-    "under_load",
+    "healthy_problems", "is_queueing", "kv_problems", "queue_confirmed_but", "queue_problems", "server_host_saturated",
+    "summary", "under_load",
 ]
 
 CHECK_TIMEOUT_S = 420
@@ -141,7 +141,8 @@ def healthy_problems(report: dict[str, Any]) -> list[str]:
     return [f"loud: {x}" for x in _loud(report)] + [f"confirmed: {c}" for c in _confirmed(report)]
 
 
-def _is_queueing(f: dict[str, Any]) -> bool:
+def is_queueing(f: dict[str, Any]) -> bool:
+    """Whether the finding carries the queueing cause."""
     return f.get("cause") == "queueing"
 
 
@@ -182,8 +183,8 @@ def queue_confirmed_but(report: dict[str, Any], *allowed: str) -> list[str]:
 def queue_problems(report: dict[str, Any]) -> list[str]:
     """What a queued server's report got wrong: queueing not first (see `_ranking_problems`), or another
     cause confirmed."""
-    out = _ranking_problems(report, _is_queueing, "queueing")
-    return out + [f"confirmed: {c}" for c in _confirmed(report) if c != "queueing"]
+    out = _ranking_problems(report, is_queueing, "queueing")
+    return out + [f"confirmed: {c}" for c in queue_confirmed_but(report, "queueing")]
 
 
 def kv_problems(report: dict[str, Any]) -> list[str]:

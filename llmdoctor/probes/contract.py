@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from llmdoctor.options import Options
     from llmdoctor.target import Target
 
-__all__ = ["AnyProbe", "Endpoint", "Gate", "PlannedRequest", "Probe", "Reads", "request", "schedule", "static_off"]
+__all__ = ["AnyProbe", "Endpoint", "Gate", "PlannedRequest", "Probe", "Reads", "import_ref", "request", "schedule",
+           "static_off"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -144,7 +145,7 @@ class Probe(Generic[T_co]):
 
     def resolve_type(self) -> type[T_co]:
         """Import and return the result dataclass."""
-        return cast("type[T_co]", _import(self.result_type))
+        return cast("type[T_co]", import_ref(self.result_type))
 
     def off_reason(self, options: Options) -> str | None:
         """Why it measures nothing under `options` (its switch or a need's), or None (`static_off`)."""
@@ -165,7 +166,8 @@ class Probe(Generic[T_co]):
 AnyProbe = Probe[object]
 
 
-def _import(ref: str) -> object:
+def import_ref(ref: str) -> object:
+    """The object a ``module:attr`` reference names (a probe's function or result type), imported."""
     module, _, attr = ref.partition(":")
     return cast(object, getattr(importlib.import_module(module), attr))
 

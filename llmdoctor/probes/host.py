@@ -102,13 +102,6 @@ class HostResult:
     sample_s: float = CPU_SAMPLE_S
 
     @property
-    def serves_endpoint(self) -> bool:
-        """Whether the endpoint is served from this machine: its server process is known, llmdoctor serves
-        it itself (the embedded simulator), or its address is local and something listens on its port."""
-        return (self.server_process is not None or self.served_by_self
-                or bool(self.target_is_local and self.listening is not False))
-
-    @property
     def mem_available_fraction(self) -> float | None:
         """Available / total RAM."""
         return self.mem_available_bytes / self.mem_total_bytes if self.mem_total_bytes else None

@@ -49,6 +49,7 @@ from tests.vllm_cases import (
     first,
     first_in_text,
     healthy_problems,
+    is_queueing,
     kv_problems,
     queue_problems,
     summary,
@@ -269,7 +270,7 @@ class TestQueue:
         checked = queue.checked(busy)
         report = checked.report
         assert not queue_problems(report), summary(report)
-        top = case_finding(report, lambda f: f.get("cause") == "queueing")
+        top = case_finding(report, is_queueing)
         assert top is not None and any("queue time" in e["label"] for e in top["evidence"]), summary(report)
         assert first_in_text(checked.text) == first(report)["check_id"]
 
