@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from llmdoctor.analysis.clocks import judge
 from llmdoctor.analysis.queue_wait import MIN_QUEUE_MS, waits_by_queue
+from llmdoctor.analysis.send_stall import server_bound
 from llmdoctor.causes import Cause
 from llmdoctor.check import Category, Check, CheckSkipped
 from llmdoctor.context import Context
 from llmdoctor.findings import Confidence, Evidence, Finding, Fix, Frequency, Severity
 from llmdoctor.limits import QUEUEING_LIMITS
 from llmdoctor.measurements.latency_samples import BaselineResult
-from llmdoctor.measurements.timing import ClockKind
+from llmdoctor.measurements.timing import ClockKind, RequestTiming
 from llmdoctor.probes.backends import knob
 from llmdoctor.probes.catalog import BASELINE, SERVER_METRICS
 
@@ -70,7 +71,14 @@ class QueueBuilding(Check):
     took; the cost is the mean excess of those, at most the waiting the
     server's histogram recorded in the window shared among them, and only
     when that histogram holds at least half of their excess
-    (``llmdoctor.analysis.queue_wait``); the evidence names both clocks. TGI sends ``x-queue-time`` on non-streamed
+    (``llmdoctor.analysis.queue_wait``); the evidence names both clocks.
+    Our requests whose time measures this client, not the server, are left
+    out of those means and counts: on a starved client host a request's
+    send can return seconds late and find its whole answer waiting (first
+    token within 5 ms of a send that took 20 ms or more:
+    ``llmdoctor.analysis.send_stall``; measured on vLLM 0.32, two of five
+    requests at 7.1 and 6.8 s against a queue of 622 ms), unless all are
+    such (then all are kept); the evidence says how many. TGI sends ``x-queue-time`` on non-streamed
     answers
     only and the baseline streams, so against TGI the histogram is what
     this check reads; the per-request clock serves servers that time
@@ -90,7 +98,9 @@ class QueueBuilding(Check):
         d = m.delta
         queue_ms = d.queue_ms if d else None
         base = ctx.optional(BASELINE)
-        our_ttft_ms = _mean_ttft(base)
+        # Our requests whose time is this client's own stall (the answer waited for us) measure no queue.
+        timed, stalled = server_bound(base.ok_samples) if base is not None else ([], 0)
+        our_ttft_ms = _mean_ttft(timed)
         seen = d.observed("queue_time") if d else None
         ours = queue_ms is not None and d is not None and d.our_requests > 0 and seen == d.our_requests
         # The server's own clock on each of our requests (vLLM's per-request metrics, TGI's x-queue-time)
@@ -102,7 +112,7 @@ class QueueBuilding(Check):
                                "requests carry no queue clock of the server's")
         share: float | None = None  # shown: over our requests only
         ratio: float | None = None  # decides whether the queue matters
-        ttfts = [t.ttft_ms or t.total_ms or 0.0 for t in base.ok_samples] if base is not None else []
+        ttfts = [t.ttft_ms or t.total_ms or 0.0 for t in timed]
         waits = waits_by_queue(ttfts, m) if not ours and clocked is None else None
         if clocked is not None:
             queue_ms = clocked.mean_ms
@@ -136,6 +146,9 @@ class QueueBuilding(Check):
                 evidence.append(Evidence("requests seen / ours", f"{seen:.0f} / {d.our_requests}", "", m.url))
         if share is not None:
             evidence.append(Evidence("queue share of TTFT (our requests)", round(100 * share, 1), "%", m.url))
+        if stalled and clocked is None:
+            evidence.append(Evidence("requests of ours set aside (this client stalled sending; the answer waited)",
+                                     f"{stalled} of {stalled + len(timed)}", "", "baseline"))
         impact: float | None
         if slow and clocked is not None:
             impact, conf = clocked.mean_ms, Confidence.HIGH
@@ -221,11 +234,9 @@ def _clocked_queue(base: BaselineResult) -> _Clocked | None:
                     pairs[0][2], len(pairs), len(samples))
 
 
-def _mean_ttft(base: BaselineResult | None) -> float | None:
-    """Our requests' mean time to first token (None without a baseline)."""
-    if base is None:
-        return None
-    values = [t.ttft_ms for t in base.ok_samples if t.ttft_ms is not None]
+def _mean_ttft(samples: Sequence[RequestTiming]) -> float | None:
+    """Our requests' mean time to first token (None without one)."""
+    values = [t.ttft_ms for t in samples if t.ttft_ms is not None]
     return statistics.fmean(values) if values else None
 
 
