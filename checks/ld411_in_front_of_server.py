@@ -96,14 +96,15 @@ class InFrontOfServer(Check):
         p50 = statistics.median(in_front)
         server_p50 = statistics.median(server) if server else 0.0
         share = p50 / (p50 + server_p50) if p50 + server_p50 > 0 else 0.0
-        if p50 < MIN_IN_FRONT_MS or share < IN_FRONT_SHARE:
-            return
         t = att.typical
         if any("shared traffic" in n for n in t.notes):
-            # Means over other clients' requests too: our time minus them is no time of a hop in front
-            # (on real vLLM with two background streams, the queue behind them read as 1.6 s "in front").
+            # Means over other clients' requests too: our time minus them is no time of a hop in front, large
+            # or small (on real vLLM with two background streams, the queue behind them read as 1.6 s "in front",
+            # and as nothing once the requests whose answer waited for this client were judged by their first byte).
             raise CheckSkipped("the server's clocks are means over other clients' requests too (shared traffic): "
                                "subtracted from our requests' times they measure no hop in front of the server")
+        if p50 < MIN_IN_FRONT_MS or share < IN_FRONT_SHARE:
+            return
         # A client that woke late puts its own lateness in front of the server: time its lag explains is no hop.
         splits = [s for s in att.splits if s.in_front_ms is not None]
         explained, unexplained = _split_by_lag(splits)

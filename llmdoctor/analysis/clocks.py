@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmdoctor.analysis.send_stall import client_bound
 from llmdoctor.measurements.timing import ClockKind, ClockOrigin, RequestTiming, ServerClock
 
 __all__ = [
@@ -187,7 +188,10 @@ _BEFORE_FIRST_TOKEN = (ClockKind.VALIDATION, ClockKind.QUEUE, ClockKind.LOAD, Cl
 
 def _limit_ms(t: RequestTiming, kind: str) -> float | None:
     """The longest the server could truly have spent on `kind`, by the client's own clock."""
-    sent = t.sent_ms if t.sent_ms is not None else (t.setup_ms if not t.reused_connection else 0.0)
+    setup = t.setup_ms if not t.reused_connection else 0.0
+    # A send that came back late with the answer waiting (`client_bound`) says nothing of when the server
+    # got the request: it could have from the first byte on.
+    sent = setup if t.sent_ms is None or client_bound(t) else t.sent_ms
     if kind == ClockKind.HEADERS:
         end = t.ttfb_ms
     elif kind in _BEFORE_FIRST_TOKEN and t.streamed and t.token_times_ms:

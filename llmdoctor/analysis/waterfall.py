@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from llmdoctor.analysis.clocks import TOLERANCE_MS, ClockSet
 from llmdoctor.analysis.delivery import StreamShape
+from llmdoctor.analysis.send_stall import client_bound
 from llmdoctor.measurements.timing import ClockKind, ClockOrigin, RequestTiming
 from llmdoctor.reporting.report import Phase
 
@@ -110,7 +111,8 @@ def client_waterfall(t: RequestTiming) -> list[Phase]:
     m = _Marks.of(t)
     return [
         Phase("connection set-up", m.setup, "DNS + TCP + TLS" if m.setup else "connection reused"),
-        Phase("send request", m.sent - m.setup),
+        Phase("send request", m.sent - m.setup,
+              "this client stalled: the answer was waiting when the send returned" if client_bound(t) else ""),
         Phase("wait for headers", m.headers - m.sent, "server accepts, routes, schedules"),
         Phase("wait for first token", m.first - m.headers, "queue + prefill + first decode step"),
         Phase("decode", m.last - m.first, f"{t.output_tokens} tokens"),
@@ -177,7 +179,8 @@ def join(t: RequestTiming, cs: ClockSet, shape: StreamShape | None = None) -> Jo
     m = _Marks.of(t)
     head = [
         Phase("connection set-up", m.setup, "DNS + TCP + TLS" if m.setup else "connection reused"),
-        Phase("send request", m.sent - m.setup),
+        Phase("send request", m.sent - m.setup,
+              "this client stalled: the answer was waiting when the send returned" if client_bound(t) else ""),
     ]
     notes = list(cs.set_aside)
     if (shared := cs.shared) is not None:
