@@ -12,7 +12,9 @@
   see it. A handler (unlike "ignore") is reset to the default on ``exec``, so children start with
   the default too, whatever each test's ``Popen`` says.
 - Every process a test started is stopped when the test ends, even when it failed: a failed
-  ``--watch`` test once left its child polling for an hour.
+  ``--watch`` test once left its child polling for an hour. A SIGTERM to pytest (``timeout``) kills
+  them before pytest dies (`tests.terminate`): no teardown runs then, and an orphaned vLLM once kept
+  the next run's "quiet" host busy.
 - A test that starts a real server, gateway, network namespace or busy host is marked ``slow``: the
   helpers that start them fail the test otherwise (`tests/tiers.py`).
 - The fast tier, ``python -m pytest -m "not slow"``, runs on `tests.tiers.FAST_TIER_WORKERS` pytest-xdist workers
@@ -34,7 +36,7 @@ import psutil
 import pytest
 
 from llmdoctor.context import STRICT_ENV
-from tests import tiers
+from tests import terminate, tiers
 from tests.rawserver import Handler, ScriptedServer
 
 os.environ[STRICT_ENV] = "1"
@@ -43,6 +45,11 @@ os.environ[STRICT_ENV] = "1"
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """``-m "not slow"`` with no ``-n``: the fast tier on xdist workers (before xdist reads ``-n``)."""
     tiers.parallel_fast_tier(config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (``timeout``, a runner's cancel) kills the processes the tests started first (`tests.terminate`)."""
+    terminate.install()
 
 
 @pytest.hookimpl(tryfirst=True)  # before an xdist worker reads the groups
