@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from llmdoctor.analysis.decode import server_decode
+from llmdoctor.analysis.queue_wait import MIN_QUEUE_MS
 from llmdoctor.context import Context
 from llmdoctor.options import Options
 from llmdoctor.probes.backends import BACKENDS
@@ -212,6 +213,22 @@ class TestHealthy:
         assert "HTTP 400" in overflow["title"] and overflow["confidence"] == "low"
 
 
+def _window_queue_ms(saved: dict[str, Any]) -> float | None:
+    """vLLM's mean queue time (ms) over the window of our baseline, by its histogram's two scrapes."""
+    metrics = saved["measurements"].get("server_metrics") or {}
+    before, after = (metrics.get(k) or {} for k in ("before", "after"))
+    a, b = after.get("queue_time"), before.get("queue_time")
+    if not a or not b or a["count"] <= b["count"]:
+        return None
+    return float(1000 * (a["sum"] - b["sum"]) / (a["count"] - b["count"]))
+
+
+def _diagnosed_queue_ms(report: dict[str, Any]) -> float:
+    """The queue time the diagnosis measured by the server's clock, when it confirmed queueing (else 0)."""
+    confirmed = (report.get("diagnosis") or {}).get("confirmed", [])
+    return max((float(c.get("impact_ms") or 0.0) for c in confirmed if c["id"] == "queueing"), default=0.0)
+
+
 def _save(tmp: Path, name: str, result: Result) -> dict[str, Any]:
     report = result.report
     (tmp / f"{name}.json").write_text(json.dumps(report, indent=1))
@@ -241,12 +258,25 @@ class TestQueue:
     """``--max-num-seqs 1`` and two background streams: our requests wait their turn (quiet and busy host)."""
 
     def test_the_queue_is_real(self, queue: Case, busy: bool) -> None:
-        """The control: vLLM's own histogram says requests waited (else the case did not happen)."""
-        report = queue.checked(busy).report
+        """The control: vLLM's own histogram says requests waited (else the case did not happen), and LD203 says
+        so whenever that histogram saw a queue in the window of our baseline.
+
+        The background cannot always keep vLLM's one slot busy, even on the "quiet" host (which two cores of
+        vLLM's engine and the background saturate: CPU 100%): measured 2026-12-03, a window of 13 requests with
+        0.015 ms queued each, where LD203 is rightly silent; the queue came later, and the diagnosis's lone
+        requests measured it by vLLM's clock (562 ms). So the case happened when either clock says so."""
+        checked = queue.checked(busy)
+        report = checked.report
         m = next(p for p in report["probes"] if p["name"] == "server_metrics")
         assert m["available"], m
+        window_ms = _window_queue_ms(checked.measurements)
         ld203 = [f for f in findings(report) if f["check_id"] == "LD203"]
-        assert ld203, summary(report)
+        if window_ms is not None and window_ms < MIN_QUEUE_MS:
+            assert not any(e["label"].startswith("queue time per request") for f in ld203 for e in f["evidence"]), \
+                summary(report)
+            assert _diagnosed_queue_ms(report) >= MIN_QUEUE_MS, f"the queue never happened\n{summary(report)}"
+            return
+        assert ld203, f"vLLM queued {window_ms} ms per request in our window\n{summary(report)}"
         evidence = {e["label"]: e["value"] for e in ld203[0]["evidence"]}
         queue_ms = next(v for label, v in evidence.items() if label.startswith("queue time per request"))
         assert queue_ms > 100
@@ -271,7 +301,9 @@ class TestQueue:
         report = checked.report
         assert not queue_problems(report), summary(report)
         top = case_finding(report, is_queueing)
-        assert top is not None and any("queue time" in e["label"] for e in top["evidence"]), summary(report)
+        # LD203's evidence labels its queue time; the diagnosis's (LD720) names it in the value of its test.
+        assert top is not None and any("queue time" in f"{e['label']} {e['value']}" for e in top["evidence"]), \
+            summary(report)
         assert first_in_text(checked.text) == first(report)["check_id"]
 
 
