@@ -44,7 +44,7 @@ from tests.processes import busy_loops
 from tests.vllm_server import BackgroundLoad, VllmServer, wait_for_metric, words
 
 __all__ = [
-    "CHECK_TIMEOUT_S", "HOSTS", "KV_CAUSES", "KV_CHECKS", "KV_LOAD", "QUEUE_HOSTS", "QUEUE_LOAD",
+    "CHECK_TIMEOUT_S", "HOSTS", "KV_CAUSES", "KV_CHECKS", "KV_HOSTS", "KV_LOAD", "QUEUE_HOSTS", "QUEUE_LOAD",
     "STARVED_COMPUTE_CHECKS", "Case", "Checked", "case_finding", "check", "findings", "first", "first_in_text",
     "healthy_problems", "is_queueing", "kv_problems", "queue_confirmed_but", "queue_problems", "server_host_saturated",
     "summary", "under_load",
@@ -71,6 +71,14 @@ _QUEUE_MAY_NOT_HAPPEN = pytest.mark.xfail(
                          "without per-request clocks nothing tells when the queue did not happen")
 QUEUE_HOSTS = (pytest.param(False, id="quiet"),
                pytest.param(True, id="busy", marks=[pytest.mark.slow, _QUEUE_MAY_NOT_HAPPEN]))
+#: The KV case's hosts. On the busy host the preemptions do not always happen during our run (measured
+#: 2026-12-03: "341 preemptions since the server started" but none in our window, the log's KV-full lines the
+#: only loud KV finding, ranked under LD208): a non-strict expected failure there too, for the same reason.
+_KV_MAY_NOT_HAPPEN = pytest.mark.xfail(
+    strict=False, reason="issue 26: on a busy host the background cannot always keep vLLM's KV cache full during "
+                         "our run")
+KV_HOSTS = (pytest.param(False, id="quiet"),
+            pytest.param(True, id="busy", marks=[pytest.mark.slow, _KV_MAY_NOT_HAPPEN]))
 KV_CHECKS = ("LD204", "LD205", "LD210")
 KV_CAUSES = ("kv_cache_pressure",)  # llmdoctor.causes.Cause.KV_CACHE_PRESSURE
 #: The queue case's background (with QUEUE_ARGS): two threads each asking for a 200-token answer after

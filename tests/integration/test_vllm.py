@@ -40,6 +40,7 @@ from llmdoctor.target import Target
 from tests.cliutil import Result, run_process
 from tests.vllm_cases import (
     HOSTS,
+    KV_HOSTS,
     KV_LOAD,
     QUEUE_HOSTS,
     QUEUE_LOAD,
@@ -316,7 +317,7 @@ def kv(vllm_version: str, tiny_hf_model: Path, tmp_path_factory: pytest.TempPath
                           "vllm:num_preemptions_total", KV_LOAD)
 
 
-@pytest.mark.parametrize("busy", HOSTS)
+@pytest.mark.parametrize("busy", KV_HOSTS)
 class TestKvPressure:
     """A 1,280-token KV cache and six concurrent 500-token generations: real preemptions (quiet and busy)."""
 
