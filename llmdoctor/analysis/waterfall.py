@@ -106,13 +106,20 @@ class _Marks:
         return cls(setup, sent, headers, first, last, total)
 
 
-def client_waterfall(t: RequestTiming) -> list[Phase]:
-    """The client's own split of one request into consecutive phases that add up to its total."""
-    m = _Marks.of(t)
+def _head(t: RequestTiming, m: _Marks) -> list[Phase]:
+    """The client's first two phases, in both waterfalls: connection set-up and sending the request."""
     return [
         Phase("connection set-up", m.setup, "DNS + TCP + TLS" if m.setup else "connection reused"),
         Phase("send request", m.sent - m.setup,
               "this client stalled: the answer was waiting when the send returned" if client_bound(t) else ""),
+    ]
+
+
+def client_waterfall(t: RequestTiming) -> list[Phase]:
+    """The client's own split of one request into consecutive phases that add up to its total."""
+    m = _Marks.of(t)
+    return [
+        *_head(t, m),
         Phase("wait for headers", m.headers - m.sent, "server accepts, routes, schedules"),
         Phase("wait for first token", m.first - m.headers, "queue + prefill + first decode step"),
         Phase("decode", m.last - m.first, f"{t.output_tokens} tokens"),
@@ -177,11 +184,7 @@ def _held(shape: StreamShape | None, room: float) -> float:
 def join(t: RequestTiming, cs: ClockSet, shape: StreamShape | None = None) -> Joined:
     """Join request `t` with its judged server clocks `cs` (and its stream's shape) into one waterfall."""
     m = _Marks.of(t)
-    head = [
-        Phase("connection set-up", m.setup, "DNS + TCP + TLS" if m.setup else "connection reused"),
-        Phase("send request", m.sent - m.setup,
-              "this client stalled: the answer was waiting when the send returned" if client_bound(t) else ""),
-    ]
+    head = _head(t, m)
     notes = list(cs.set_aside)
     if (shared := cs.shared) is not None:
         notes.append(f"shared traffic: server clocks averaged over {shared.requests} requests ({shared.ours} ours)")
